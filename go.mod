@@ -1,0 +1,3 @@
+module github.com/grok-go/grok
+
+go 1.26

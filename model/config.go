@@ -1,0 +1,134 @@
+// Package model is the Grok-1 transformer of xai-org/grok-1 model.py, in Go:
+// one file per model.py module (Linear, RMSNorm, RotaryEmbedding,
+// MultiHeadAttention, KVMemory, Router, MoELayer, DenseBlock, DecoderLayer,
+// Transformer, LanguageModel). It never reads files: a TensorSource hands it
+// named tensors. The maths is specified in shared/design/grok1-semantics.md;
+// comments cite its sections as "semantics §N".
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Config mirrors model.py's TransformerConfig and LanguageModelConfig with the
+// fields that matter at inference (semantics §1). Field names follow model.py.
+type Config struct {
+	VocabSize  int // vocab_size
+	EmbSize    int // emb_size (D)
+	KeySize    int // key_size (K, head dim)
+	NumQHeads  int // num_q_heads
+	NumKVHeads int // num_kv_heads
+	NumLayers  int // num_layers
+	// FFNSize is the expert hidden size F; model.py derives it from
+	// widening_factor with ffn_size() (see FFNSizeFromWidening).
+	FFNSize            int
+	NumExperts         int // num_experts (≤ 1: DenseBlock)
+	NumSelectedExperts int // num_selected_experts (top-k)
+
+	AttnOutputMultiplier     float32 // attn_output_multiplier (replaces 1/√K)
+	EmbeddingMultiplierScale float32 // embedding_multiplier_scale
+	OutputMultiplierScale    float32 // output_multiplier_scale
+	AttnLogitCap             float32 // 30 in model.py: s = cap·tanh(s/cap); 0 disables
+
+	PadToken    int // pad_token: keys with token id == pad are masked
+	EOSToken    int // eos_token
+	SequenceLen int // sequence_len: KV memory rows per sequence (the context)
+
+	RopeBase float32 // 10000 (model.py 801)
+	RMSEps   float32 // 1e-5 (model.py 592)
+}
+
+// FFNSizeFromWidening is model.py's ffn_size (85-89):
+// int(widening_factor·emb_size)·2//3, rounded up to a multiple of 8.
+func FFNSizeFromWidening(embSize int, wideningFactor float64) int {
+	f := int(wideningFactor*float64(embSize)) * 2 / 3
+	return f + (8-f%8)%8
+}
+
+// Grok1 returns the real Grok-1 configuration of run.py (semantics §1).
+func Grok1() Config {
+	return Config{
+		VocabSize: 128 * 1024, EmbSize: 48 * 128, KeySize: 128,
+		NumQHeads: 48, NumKVHeads: 8, NumLayers: 64,
+		FFNSize:    FFNSizeFromWidening(6144, 8),
+		NumExperts: 8, NumSelectedExperts: 2,
+		AttnOutputMultiplier:     0.08838834764831845,
+		EmbeddingMultiplierScale: 78.38367176906169,
+		OutputMultiplierScale:    0.5773502691896257,
+		AttnLogitCap:             30,
+		PadToken:                 0, EOSToken: 2, SequenceLen: 8192,
+		RopeBase: 10000, RMSEps: 1e-5,
+	}
+}
+
+// Presets are the named configurations a user can ask for by name.
+var Presets = map[string]func() Config{"grok-1": Grok1}
+
+// GroupSize is the number of query heads that share one kv head (G).
+func (c *Config) GroupSize() int { return c.NumQHeads / c.NumKVHeads }
+
+// Validate reports the first inconsistency in c with a message naming the field.
+func (c *Config) Validate() error {
+	var errs []error
+	pos := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", name, v))
+		}
+	}
+	pos("vocab_size", c.VocabSize)
+	pos("emb_size", c.EmbSize)
+	pos("key_size", c.KeySize)
+	pos("num_q_heads", c.NumQHeads)
+	pos("num_kv_heads", c.NumKVHeads)
+	pos("num_layers", c.NumLayers)
+	pos("ffn_size", c.FFNSize)
+	pos("sequence_len", c.SequenceLen)
+	if c.NumExperts < 0 {
+		errs = append(errs, fmt.Errorf("num_experts must not be negative, got %d", c.NumExperts))
+	}
+	if c.KeySize > 0 && c.KeySize%2 != 0 {
+		errs = append(errs, fmt.Errorf("key_size must be even for rotary embeddings, got %d", c.KeySize))
+	}
+	if c.NumKVHeads > 0 && c.NumQHeads%c.NumKVHeads != 0 {
+		errs = append(errs, fmt.Errorf("num_q_heads (%d) is not divisible by num_kv_heads (%d)", c.NumQHeads, c.NumKVHeads))
+	}
+	if c.NumExperts > 1 {
+		if c.NumSelectedExperts <= 0 || c.NumSelectedExperts > c.NumExperts {
+			errs = append(errs, fmt.Errorf("num_selected_experts must be in 1..num_experts (%d), got %d", c.NumExperts, c.NumSelectedExperts))
+		}
+	}
+	if c.PadToken < 0 || c.PadToken >= max(c.VocabSize, 1) {
+		errs = append(errs, fmt.Errorf("pad_token %d is outside the vocabulary", c.PadToken))
+	}
+	if c.EOSToken < 0 || c.EOSToken >= max(c.VocabSize, 1) {
+		errs = append(errs, fmt.Errorf("eos_token %d is outside the vocabulary", c.EOSToken))
+	}
+	for _, f := range []struct {
+		name string
+		v    float32
+	}{
+		{"attn_output_multiplier", c.AttnOutputMultiplier},
+		{"embedding_multiplier_scale", c.EmbeddingMultiplierScale},
+		{"output_multiplier_scale", c.OutputMultiplierScale},
+		{"rope_base", c.RopeBase},
+		{"rms_eps", c.RMSEps},
+	} {
+		if !(f.v > 0) || math.IsInf(float64(f.v), 0) {
+			errs = append(errs, fmt.Errorf("%s must be a positive finite number, got %v", f.name, f.v))
+		}
+	}
+	if c.AttnLogitCap < 0 || math.IsNaN(float64(c.AttnLogitCap)) {
+		errs = append(errs, fmt.Errorf("attn logit cap must be ≥ 0, got %v", c.AttnLogitCap))
+	}
+	// Guard sizes that would overflow buffer arithmetic long before memory runs out.
+	const limit = 1 << 40
+	if c.VocabSize > 0 && c.EmbSize > 0 && c.VocabSize > limit/c.EmbSize {
+		errs = append(errs, fmt.Errorf("vocab_size × emb_size is too large"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("model config: %w", err)
+	}
+	return nil
+}
