@@ -1,0 +1,59 @@
+package model
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestGrok1Preset(t *testing.T) {
+	c := Grok1()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// semantics §1: ffn_size(6144, 8) = 32768, G = 6.
+	if c.FFNSize != 32768 || c.GroupSize() != 6 || c.VocabSize != 131072 || c.NumLayers != 64 {
+		t.Errorf("Grok-1 preset: %+v", c)
+	}
+}
+
+func TestFFNSizeFromWidening(t *testing.T) {
+	for _, tc := range []struct {
+		d    int
+		w    float64
+		want int
+	}{{6144, 8, 32768}, {128, 3, 256}, {256, 1.125, 192}, {100, 1, 72}} {
+		if got := FFNSizeFromWidening(tc.d, tc.w); got != tc.want {
+			t.Errorf("ffn_size(%d, %g) = %d, want %d", tc.d, tc.w, got, tc.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"heads not divisible", func(c *Config) { c.NumKVHeads = 3 }, "not divisible"},
+		{"odd key size", func(c *Config) { c.KeySize = 7 }, "key_size must be even"},
+		{"top-k > experts", func(c *Config) { c.NumSelectedExperts = 5 }, "num_selected_experts"},
+		{"zero layers", func(c *Config) { c.NumLayers = 0 }, "num_layers must be positive"},
+		{"pad outside vocab", func(c *Config) { c.PadToken = 64 }, "pad_token"},
+		{"zero eps", func(c *Config) { c.RMSEps = 0 }, "rms_eps"},
+		{"negative cap", func(c *Config) { c.AttnLogitCap = -1 }, "cap"},
+		{"huge vocab", func(c *Config) { c.VocabSize = 1 << 40 }, "too large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := smallConfig()
+			tc.mutate(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+	c := smallConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

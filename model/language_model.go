@@ -1,0 +1,220 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/grok-go/grok/kernels"
+	"github.com/grok-go/grok/tensor"
+)
+
+// LanguageModel is model.py's LanguageModel (1194-1275): embedding lookup ×
+// embedding_multiplier_scale, the Transformer, a final RMSNorm, and the tied
+// unembedding × output_multiplier_scale.
+//
+// A LanguageModel's weights are read-only and may be shared; Forward uses a
+// workspace owned by the model and must not be called concurrently.
+type LanguageModel struct {
+	Config      Config
+	Embed       Linear // in_out_embed as a V×D matrix: rows are token embeddings
+	Unembed     Linear // V×D: the embedding again (tied) unless the file has output.weight
+	RMSNorm     RMSNorm
+	Transformer Transformer
+
+	ws workspace
+}
+
+// New builds the model for cfg over the tensors of src, checking every
+// shape against the config. The weights are referenced, not copied.
+func New(cfg Config, src TensorSource) (*LanguageModel, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &cfg
+	D, V := c.EmbSize, c.VocabSize
+	lm := &LanguageModel{Config: cfg}
+	var err error
+	if lm.Embed, err = loadLinear(src, "token_embd.weight", V, D); err != nil {
+		return nil, err
+	}
+	if lm.Embed.W.InOut || lm.Embed.W.Type == tensor.I8 {
+		return nil, fmt.Errorf("model: token_embd.weight must be a plain [vocab, emb] matrix")
+	}
+	lm.Unembed = lm.Embed
+	if _, ok := src.Lookup("output.weight"); ok {
+		if lm.Unembed, err = loadLinear(src, "output.weight", V, D); err != nil {
+			return nil, err
+		}
+	}
+	if lm.RMSNorm, err = loadRMSNorm(src, "output_norm.weight", D, c.RMSEps); err != nil {
+		return nil, err
+	}
+	lm.Transformer.Layers = make([]DecoderLayer, c.NumLayers)
+	for i := range lm.Transformer.Layers {
+		if err := loadLayer(&lm.Transformer.Layers[i], src, c, i); err != nil {
+			return nil, err
+		}
+	}
+	return lm, nil
+}
+
+func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
+	D, K, F, E := c.EmbSize, c.KeySize, c.FFNSize, c.NumExperts
+	name := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", i, s) }
+	var err error
+	norms := []struct {
+		dst  *RMSNorm
+		name string
+	}{{&d.RMSNorm, "attn_norm"}, {&d.RMSNorm1, "attn_output_norm"}, {&d.RMSNorm2, "ffn_norm"}, {&d.RMSNorm3, "layer_output_norm"}}
+	for _, n := range norms {
+		nm := name(n.name)
+		if _, ok := src.Lookup(nm); !ok && n.name == "layer_output_norm" {
+			nm = name("post_ffw_norm") // llama.cpp's alternative name for rms_norm_3
+		}
+		if *n.dst, err = loadRMSNorm(src, nm, D, c.RMSEps); err != nil {
+			return err
+		}
+	}
+	a := &d.Attention
+	*a = MultiHeadAttention{
+		Rotary:    RotaryEmbedding{KeySize: K, Base: c.RopeBase},
+		NumQHeads: c.NumQHeads, NumKVHeads: c.NumKVHeads, KeySize: K,
+		AttnOutputMultiplier: c.AttnOutputMultiplier, AttnLogitCap: c.AttnLogitCap,
+	}
+	for _, p := range []struct {
+		dst     *Linear
+		name    string
+		out, in int
+	}{
+		{&a.Query, "attn_q", c.NumQHeads * K, D},
+		{&a.Key, "attn_k", c.NumKVHeads * K, D},
+		{&a.Value, "attn_v", c.NumKVHeads * K, D},
+		{&a.Linear, "attn_output", D, c.NumQHeads * K},
+	} {
+		if *p.dst, err = loadLinear(src, name(p.name), p.out, p.in); err != nil {
+			return err
+		}
+	}
+	if E <= 1 {
+		d.Dense = &DenseBlock{}
+		if d.Dense.Linear, err = loadLinear(src, name("ffn_gate"), F, D); err != nil {
+			return err
+		}
+		if d.Dense.LinearV, err = loadLinear(src, name("ffn_up"), F, D); err != nil {
+			return err
+		}
+		d.Dense.Linear1, err = loadLinear(src, name("ffn_down"), D, F)
+		return err
+	}
+	m := &MoELayer{Router: Router{TopK: c.NumSelectedExperts}}
+	if m.Router.W, err = loadLinear(src, name("ffn_gate_inp"), E, D); err != nil {
+		return err
+	}
+	if m.Linear, err = loadExperts(src, i, "gate", E, F, D); err != nil {
+		return err
+	}
+	if m.LinearV, err = loadExperts(src, i, "up", E, F, D); err != nil {
+		return err
+	}
+	if m.Linear1, err = loadExperts(src, i, "down", E, D, F); err != nil {
+		return err
+	}
+	d.MoE = m
+	return nil
+}
+
+// Input is one sequence's share of a batched forward call: the tokens to
+// append to memory slot Slot, and whether logits are wanted for every one of
+// them (AllLogits) or only for the last.
+type Input struct {
+	Slot      int
+	Tokens    []int
+	AllLogits bool
+}
+
+// Forward appends each input's tokens to its memory slot and returns their
+// logits: for each input in order, len(Tokens) rows if AllLogits else one row,
+// each of VocabSize floats. The returned slice is owned by the model and
+// valid until the next call. Inputs must name distinct slots. On error
+// nothing is written to the memory.
+func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, error) {
+	c := &lm.Config
+	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || len(mem.k) != c.NumLayers {
+		return nil, fmt.Errorf("model: KV memory was made for another model")
+	}
+	N, maxS, rows := 0, 0, 0
+	for i, in := range inputs {
+		if in.Slot < 0 || in.Slot >= mem.Slots {
+			return nil, fmt.Errorf("model: input %d: slot %d out of range [0, %d)", i, in.Slot, mem.Slots)
+		}
+		for j := 0; j < i; j++ {
+			if inputs[j].Slot == in.Slot {
+				return nil, fmt.Errorf("model: inputs %d and %d both use slot %d", j, i, in.Slot)
+			}
+		}
+		if len(in.Tokens) == 0 {
+			return nil, fmt.Errorf("model: input %d has no tokens", i)
+		}
+		end := mem.step[in.Slot] + len(in.Tokens)
+		if end > mem.SeqLen {
+			return nil, fmt.Errorf("model: input %d: %d tokens after %d would exceed the context of %d", i, len(in.Tokens), mem.step[in.Slot], mem.SeqLen)
+		}
+		for _, t := range in.Tokens {
+			if t < 0 || t >= c.VocabSize {
+				return nil, fmt.Errorf("model: input %d: token id %d outside the vocabulary [0, %d)", i, t, c.VocabSize)
+			}
+		}
+		N += len(in.Tokens)
+		maxS = max(maxS, end)
+		if in.AllLogits {
+			rows += len(in.Tokens)
+		} else {
+			rows++
+		}
+	}
+	if N == 0 {
+		return nil, nil
+	}
+	ws := &lm.ws
+	ws.ensure(c, N, maxS)
+	D := c.EmbSize
+	h := ws.h[:N*D]
+	ws.seqs = ws.seqs[:0]
+	ws.outRows = ws.outRows[:0]
+	r := 0
+	for _, in := range inputs {
+		start := mem.step[in.Slot]
+		ws.seqs = append(ws.seqs, attnSeq{row: r, n: len(in.Tokens), slot: in.Slot, start: start})
+		for t, tok := range in.Tokens {
+			// model.py 1225: input_mask = tokens > pad_token, a key mask only.
+			mem.keyOK[in.Slot][start+t] = tok > c.PadToken
+			e := h[(r+t)*D : (r+t+1)*D]
+			if err := kernels.EmbeddingRow(e, lm.Embed.W.Type, lm.Embed.W.Data, tok); err != nil {
+				return nil, err
+			}
+			for j := range e {
+				e[j] *= c.EmbeddingMultiplierScale
+			}
+			if in.AllLogits || t == len(in.Tokens)-1 {
+				ws.outRows = append(ws.outRows, r+t)
+			}
+		}
+		r += len(in.Tokens)
+	}
+	for l := range lm.Transformer.Layers {
+		lm.Transformer.Layers[l].Forward(h, N, l, ws.seqs, mem, ws)
+	}
+	for _, s := range ws.seqs {
+		mem.step[s.slot] = s.start + s.n
+	}
+	// Final norm and unembedding only for the rows whose logits are wanted.
+	xn := ws.xn[:rows*D]
+	for i, row := range ws.outRows {
+		kernels.RMSNorm(xn[i*D:(i+1)*D], h[row*D:(row+1)*D], lm.RMSNorm.Scale, lm.RMSNorm.Eps)
+	}
+	logits := ws.ensureLogits(rows, c.VocabSize)
+	lm.Unembed.Forward(logits, xn, rows)
+	for i := range logits {
+		logits[i] *= c.OutputMultiplierScale
+	}
+	return logits, nil
+}

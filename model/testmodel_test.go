@@ -1,0 +1,110 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/grok-go/grok/tensor"
+)
+
+// mapSource is a TensorSource over tensors built in memory.
+type mapSource map[string]*tensor.Tensor
+
+func (m mapSource) Lookup(name string) (*tensor.Tensor, bool) {
+	t, ok := m[name]
+	return t, ok
+}
+
+// smallConfig is a T1-like configuration (semantics §8) small enough for
+// property tests.
+func smallConfig() Config {
+	return Config{
+		VocabSize: 64, EmbSize: 32, KeySize: 8, NumQHeads: 4, NumKVHeads: 2, NumLayers: 2,
+		FFNSize: 64, NumExperts: 4, NumSelectedExperts: 2,
+		AttnOutputMultiplier: 0.2, EmbeddingMultiplierScale: 8, OutputMultiplierScale: 0.5773502691896257,
+		AttnLogitCap: 30, PadToken: 0, EOSToken: 2, SequenceLen: 64, RopeBase: 10000, RMSEps: 1e-5,
+	}
+}
+
+func f32Tensor(name string, shape []int, vals []float32) *tensor.Tensor {
+	data, _ := tensor.EncodeRow(nil, tensor.F32, vals)
+	return &tensor.Tensor{Name: name, Type: tensor.F32, Shape: shape, Data: data}
+}
+
+// randomModel makes random float32 weights for c in GGUF naming, scaled as
+// the golden model's generator does (semantics README of grok-tiny).
+func randomModel(c Config, seed uint64) mapSource {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	src := mapSource{}
+	mat := func(name string, gain float64, shape ...int) {
+		n, _ := tensor.Elements(shape)
+		fanIn := shape[len(shape)-1]
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * gain / math.Sqrt(float64(fanIn)))
+		}
+		src[name] = f32Tensor(name, shape, v)
+	}
+	norm := func(name string, lo, hi float64) {
+		v := make([]float32, c.EmbSize)
+		for i := range v {
+			v[i] = float32(lo + (hi-lo)*rng.Float64())
+		}
+		src[name] = f32Tensor(name, []int{c.EmbSize}, v)
+	}
+	D, K, F, E := c.EmbSize, c.KeySize, c.FFNSize, c.NumExperts
+	emb := make([]float32, c.VocabSize*D)
+	for i := range emb {
+		emb[i] = float32(rng.NormFloat64() * 0.04)
+	}
+	src["token_embd.weight"] = f32Tensor("token_embd.weight", []int{c.VocabSize, D}, emb)
+	norm("output_norm.weight", 10, 14)
+	for l := 0; l < c.NumLayers; l++ {
+		p := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", l, s) }
+		norm(p("attn_norm"), 0.8, 1.2)
+		norm(p("attn_output_norm"), 1.5, 2.5)
+		norm(p("ffn_norm"), 0.8, 1.2)
+		norm(p("layer_output_norm"), 1.5, 2.5)
+		mat(p("attn_q"), 2, c.NumQHeads*K, D)
+		mat(p("attn_k"), 2, c.NumKVHeads*K, D)
+		mat(p("attn_v"), 1, c.NumKVHeads*K, D)
+		mat(p("attn_output"), 0.05, D, c.NumQHeads*K)
+		if E > 1 {
+			mat(p("ffn_gate_inp"), 2, E, D)
+			mat(p("ffn_gate_exps"), 1, E, F, D)
+			mat(p("ffn_up_exps"), 1, E, F, D)
+			mat(p("ffn_down_exps"), 0.01, E, D, F)
+		} else {
+			mat(p("ffn_gate"), 1, F, D)
+			mat(p("ffn_up"), 1, F, D)
+			mat(p("ffn_down"), 0.01, D, F)
+		}
+	}
+	return src
+}
+
+// fullLogits runs each sequence alone in one call and returns all-position logits.
+func fullLogits(lm *LanguageModel, tokens []int) ([]float32, error) {
+	mem, err := NewKVMemory(&lm.Config, 1, 0)
+	if err != nil {
+		return nil, err
+	}
+	out, err := lm.Forward(mem, []Input{{Slot: 0, Tokens: tokens, AllLogits: true}})
+	return append([]float32(nil), out...), err
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var m float64
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		if math.IsNaN(d) {
+			return math.Inf(1)
+		}
+		m = max(m, d)
+	}
+	return m
+}
