@@ -241,7 +241,10 @@ func TestNewErrors(t *testing.T) {
 		want   string
 	}{
 		{"missing", func(s mapSource) { delete(s, "blk.1.attn_q.weight") }, `missing tensor "blk.1.attn_q.weight"`},
-		{"wrong shape", func(s mapSource) { s["blk.0.attn_k.weight"].Shape = []int{8, 64}; s["blk.0.attn_k.weight"].Data = make([]byte, 8*64*4) }, "has shape"},
+		{"wrong shape", func(s mapSource) {
+			s["blk.0.attn_k.weight"].Shape = []int{8, 64}
+			s["blk.0.attn_k.weight"].Data = make([]byte, 8*64*4)
+		}, "has shape"},
 		{"short data", func(s mapSource) { s["output_norm.weight"].Data = s["output_norm.weight"].Data[:8] }, "needs"},
 		{"missing experts", func(s mapSource) { delete(s, "blk.0.ffn_up_exps.weight") }, "ffn_up"},
 	} {
