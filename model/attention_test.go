@@ -1,6 +1,8 @@
-package model
+package model_test
 
 import (
+	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/model"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -12,7 +14,7 @@ import (
 func TestRopeRelativePosition(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	const K = 16
-	r := RotaryEmbedding{KeySize: K, Base: 10000}
+	r := model.RotaryEmbedding{KeySize: K, Base: 10000}
 	q0, k0 := make([]float32, K), make([]float32, K)
 	for i := range q0 {
 		q0[i], k0[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
@@ -44,13 +46,13 @@ func TestRopeRelativePosition(t *testing.T) {
 // slots, a value that depends on the memory size). The logits then must not
 // depend on the memory size, and must be finite.
 func TestAllMaskedQueryIsZeroAttention(t *testing.T) {
-	c := smallConfig()
-	lm := mustModel(t, c, randomModel(c, 13))
+	c := testmodel.SmallConfig()
+	lm := mustModel(t, c, testmodel.Random(c, 13))
 	toks := []int{0, 0, 7, 9}
 	var outs [][]float32
 	for _, seq := range []int{8, 64} {
-		mem, _ := NewKVMemory(&c, 1, seq)
-		o, err := lm.Forward(mem, []Input{{Tokens: toks, AllLogits: true}})
+		mem, _ := model.NewKVMemory(&c, 1, seq)
+		o, err := lm.Forward(mem, []model.Input{{Tokens: toks, AllLogits: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,18 +63,18 @@ func TestAllMaskedQueryIsZeroAttention(t *testing.T) {
 		}
 		outs = append(outs, append([]float32(nil), o...))
 	}
-	if d := maxAbsDiff(outs[0], outs[1]); d != 0 {
+	if d := testmodel.MaxAbsDiff(outs[0], outs[1]); d != 0 {
 		t.Errorf("logits depend on memory size: %g", d)
 	}
 	// With zero attention the first position's logits equal those of a model
 	// whose attention output projection is zero.
-	src := randomModel(c, 13)
+	src := testmodel.Random(c, 13)
 	for l := 0; l < c.NumLayers; l++ {
 		n := "blk." + string(rune('0'+l)) + ".attn_output.weight"
-		src[n] = f32Tensor(n, src[n].Shape, make([]float32, len(src[n].Data)/4))
+		src[n] = testmodel.F32(n, src[n].Shape, make([]float32, len(src[n].Data)/4))
 	}
-	zero, _ := fullLogits(mustModel(t, c, src), []int{0})
-	if d := maxAbsDiff(outs[0][:c.VocabSize], zero); d > 1e-6 {
+	zero, _ := testmodel.FullLogits(mustModel(t, c, src), []int{0})
+	if d := testmodel.MaxAbsDiff(outs[0][:c.VocabSize], zero); d > 1e-6 {
 		t.Errorf("pad at position 0: max |Δ| vs zero attention = %g", d)
 	}
 }

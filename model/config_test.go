@@ -1,12 +1,14 @@
-package model
+package model_test
 
 import (
+	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/model"
 	"strings"
 	"testing"
 )
 
 func TestGrok1Preset(t *testing.T) {
-	c := Grok1()
+	c := model.Grok1()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +24,7 @@ func TestFFNSizeFromWidening(t *testing.T) {
 		w    float64
 		want int
 	}{{6144, 8, 32768}, {128, 3, 256}, {256, 1.125, 192}, {100, 1, 72}} {
-		if got := FFNSizeFromWidening(tc.d, tc.w); got != tc.want {
+		if got := model.FFNSizeFromWidening(tc.d, tc.w); got != tc.want {
 			t.Errorf("ffn_size(%d, %g) = %d, want %d", tc.d, tc.w, got, tc.want)
 		}
 	}
@@ -31,20 +33,20 @@ func TestFFNSizeFromWidening(t *testing.T) {
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		mutate func(*Config)
+		mutate func(*model.Config)
 		want   string
 	}{
-		{"heads not divisible", func(c *Config) { c.NumKVHeads = 3 }, "not divisible"},
-		{"odd key size", func(c *Config) { c.KeySize = 7 }, "key_size must be even"},
-		{"top-k > experts", func(c *Config) { c.NumSelectedExperts = 5 }, "num_selected_experts"},
-		{"zero layers", func(c *Config) { c.NumLayers = 0 }, "num_layers must be positive"},
-		{"pad outside vocab", func(c *Config) { c.PadToken = 64 }, "pad_token"},
-		{"zero eps", func(c *Config) { c.RMSEps = 0 }, "rms_eps"},
-		{"negative cap", func(c *Config) { c.AttnLogitCap = -1 }, "cap"},
-		{"huge vocab", func(c *Config) { c.VocabSize = 1 << 40 }, "too large"},
+		{"heads not divisible", func(c *model.Config) { c.NumKVHeads = 3 }, "not divisible"},
+		{"odd key size", func(c *model.Config) { c.KeySize = 7 }, "key_size must be even"},
+		{"top-k > experts", func(c *model.Config) { c.NumSelectedExperts = 5 }, "num_selected_experts"},
+		{"zero layers", func(c *model.Config) { c.NumLayers = 0 }, "num_layers must be positive"},
+		{"pad outside vocab", func(c *model.Config) { c.PadToken = 64 }, "pad_token"},
+		{"zero eps", func(c *model.Config) { c.RMSEps = 0 }, "rms_eps"},
+		{"negative cap", func(c *model.Config) { c.AttnLogitCap = -1 }, "cap"},
+		{"huge vocab", func(c *model.Config) { c.VocabSize = 1 << 40 }, "too large"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := smallConfig()
+			c := testmodel.SmallConfig()
 			tc.mutate(&c)
 			err := c.Validate()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -52,7 +54,7 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
-	c := smallConfig()
+	c := testmodel.SmallConfig()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

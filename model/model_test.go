@@ -1,15 +1,17 @@
-package model
+package model_test
 
 import (
+	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/model"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 )
 
-func mustModel(t *testing.T, c Config, src TensorSource) *LanguageModel {
+func mustModel(t *testing.T, c model.Config, src model.TensorSource) *model.LanguageModel {
 	t.Helper()
-	lm, err := New(c, src)
+	lm, err := model.New(c, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,8 +32,8 @@ func randTokens(rng *rand.Rand, n, vocab int, pads bool) []int {
 // Incremental decoding through the KV memory must reproduce one full pass
 // (semantics §4), pads included, for several prefill/chunk splits.
 func TestIncrementalEqualsFullPass(t *testing.T) {
-	c := smallConfig()
-	lm := mustModel(t, c, randomModel(c, 1))
+	c := testmodel.SmallConfig()
+	lm := mustModel(t, c, testmodel.Random(c, 1))
 	rng := rand.New(rand.NewPCG(2, 2))
 	for _, tc := range []struct {
 		name   string
@@ -50,22 +52,22 @@ func TestIncrementalEqualsFullPass(t *testing.T) {
 				total += n
 			}
 			toks := randTokens(rng, total, c.VocabSize, tc.pads)
-			want, err := fullLogits(lm, toks)
+			want, err := testmodel.FullLogits(lm, toks)
 			if err != nil {
 				t.Fatal(err)
 			}
-			mem, _ := NewKVMemory(&c, 1, 0)
+			mem, _ := model.NewKVMemory(&c, 1, 0)
 			var got []float32
 			pos := 0
 			for _, n := range tc.chunks {
-				out, err := lm.Forward(mem, []Input{{Tokens: toks[pos : pos+n], AllLogits: true}})
+				out, err := lm.Forward(mem, []model.Input{{Tokens: toks[pos : pos+n], AllLogits: true}})
 				if err != nil {
 					t.Fatal(err)
 				}
 				got = append(got, out...)
 				pos += n
 			}
-			if d := maxAbsDiff(got, want); d > 1e-4 {
+			if d := testmodel.MaxAbsDiff(got, want); d > 1e-4 {
 				t.Errorf("incremental vs full: max |Δ| = %g", d)
 			}
 		})
@@ -75,25 +77,25 @@ func TestIncrementalEqualsFullPass(t *testing.T) {
 // A ragged batch (different lengths and different memory steps) gives each
 // sequence exactly the logits it gets alone.
 func TestRaggedBatchEqualsAlone(t *testing.T) {
-	c := smallConfig()
-	lm := mustModel(t, c, randomModel(c, 3))
+	c := testmodel.SmallConfig()
+	lm := mustModel(t, c, testmodel.Random(c, 3))
 	rng := rand.New(rand.NewPCG(4, 4))
 	prefix := [][]int{randTokens(rng, 5, c.VocabSize, false), nil, randTokens(rng, 2, c.VocabSize, true)}
 	next := [][]int{randTokens(rng, 3, c.VocabSize, false), randTokens(rng, 9, c.VocabSize, true), randTokens(rng, 1, c.VocabSize, false)}
 
-	mem, _ := NewKVMemory(&c, 4, 0)
-	var pre []Input
+	mem, _ := model.NewKVMemory(&c, 4, 0)
+	var pre []model.Input
 	for i, p := range prefix {
 		if p != nil {
-			pre = append(pre, Input{Slot: i + 1, Tokens: p})
+			pre = append(pre, model.Input{Slot: i + 1, Tokens: p})
 		}
 	}
 	if _, err := lm.Forward(mem, pre); err != nil {
 		t.Fatal(err)
 	}
-	var in []Input
+	var in []model.Input
 	for i, n := range next {
-		in = append(in, Input{Slot: i + 1, Tokens: n, AllLogits: true})
+		in = append(in, model.Input{Slot: i + 1, Tokens: n, AllLogits: true})
 	}
 	batch, err := lm.Forward(mem, in)
 	if err != nil {
@@ -102,14 +104,14 @@ func TestRaggedBatchEqualsAlone(t *testing.T) {
 	batch = slices.Clone(batch)
 	off := 0
 	for i := range next {
-		want, err := fullLogits(lm, append(slices.Clone(prefix[i]), next[i]...))
+		want, err := testmodel.FullLogits(lm, append(slices.Clone(prefix[i]), next[i]...))
 		if err != nil {
 			t.Fatal(err)
 		}
 		want = want[len(prefix[i])*c.VocabSize:]
 		got := batch[off : off+len(want)]
 		off += len(want)
-		if d := maxAbsDiff(got, want); d != 0 {
+		if d := testmodel.MaxAbsDiff(got, want); d != 0 {
 			t.Errorf("sequence %d: batch vs alone max |Δ| = %g, want bit-identical", i, d)
 		}
 	}
@@ -117,16 +119,16 @@ func TestRaggedBatchEqualsAlone(t *testing.T) {
 
 // Only the last row is returned unless AllLogits is set.
 func TestLastLogitsOnly(t *testing.T) {
-	c := smallConfig()
-	lm := mustModel(t, c, randomModel(c, 5))
+	c := testmodel.SmallConfig()
+	lm := mustModel(t, c, testmodel.Random(c, 5))
 	toks := []int{5, 6, 7, 8}
-	all, _ := fullLogits(lm, toks)
-	mem, _ := NewKVMemory(&c, 1, 0)
-	last, err := lm.Forward(mem, []Input{{Tokens: toks}})
+	all, _ := testmodel.FullLogits(lm, toks)
+	mem, _ := model.NewKVMemory(&c, 1, 0)
+	last, err := lm.Forward(mem, []model.Input{{Tokens: toks}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := maxAbsDiff(last, all[3*c.VocabSize:]); d != 0 {
+	if d := testmodel.MaxAbsDiff(last, all[3*c.VocabSize:]); d != 0 {
 		t.Errorf("last row differs by %g", d)
 	}
 }
@@ -134,12 +136,12 @@ func TestLastLogitsOnly(t *testing.T) {
 // GQA without repetition equals plain multi-head attention whose K/V
 // projections repeat each kv head for its G query heads.
 func TestGQAEqualsRepeatedMHA(t *testing.T) {
-	c := smallConfig()
-	src := randomModel(c, 7)
+	c := testmodel.SmallConfig()
+	src := testmodel.Random(c, 7)
 	mha := c
 	mha.NumKVHeads = c.NumQHeads
 	G, K, D := c.GroupSize(), c.KeySize, c.EmbSize
-	src2 := mapSource{}
+	src2 := testmodel.Source{}
 	for k, v := range src {
 		src2[k] = v
 	}
@@ -152,29 +154,29 @@ func TestGQAEqualsRepeatedMHA(t *testing.T) {
 				kv := h / G
 				rep = append(rep, w[kv*K*D:(kv+1)*K*D]...)
 			}
-			src2[name] = f32Tensor(name, []int{c.NumQHeads * K, D}, rep)
+			src2[name] = testmodel.F32(name, []int{c.NumQHeads * K, D}, rep)
 		}
 	}
 	a := mustModel(t, c, src)
 	b := mustModel(t, mha, src2)
 	toks := []int{3, 9, 27, 14, 0, 5, 61}
-	la, _ := fullLogits(a, toks)
-	lb, _ := fullLogits(b, toks)
-	if d := maxAbsDiff(la, lb); d > 1e-5 {
+	la, _ := testmodel.FullLogits(a, toks)
+	lb, _ := testmodel.FullLogits(b, toks)
+	if d := testmodel.MaxAbsDiff(la, lb); d > 1e-5 {
 		t.Errorf("GQA vs repeated MHA: max |Δ| = %g", d)
 	}
 }
 
 // A dense model (num_experts ≤ 1) equals a one-expert MoE whose gate is 1.
 func TestDenseBlockEqualsSingleExpert(t *testing.T) {
-	c := smallConfig()
+	c := testmodel.SmallConfig()
 	c.NumExperts, c.NumSelectedExperts = 1, 1
-	src := randomModel(c, 9)
+	src := testmodel.Random(c, 9)
 	lm := mustModel(t, c, src)
 	if lm.Transformer.Layers[0].Dense == nil {
 		t.Fatal("num_experts = 1 did not build a DenseBlock")
 	}
-	got, err := fullLogits(lm, []int{4, 5, 6})
+	got, err := testmodel.FullLogits(lm, []int{4, 5, 6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +184,7 @@ func TestDenseBlockEqualsSingleExpert(t *testing.T) {
 	// both selected, router all zero (gates 0.5 + 0.5 = 1).
 	c2 := c
 	c2.NumExperts, c2.NumSelectedExperts = 2, 2
-	src2 := mapSource{}
+	src2 := testmodel.Source{}
 	for k, v := range src {
 		src2[k] = v
 	}
@@ -192,36 +194,36 @@ func TestDenseBlockEqualsSingleExpert(t *testing.T) {
 			w := src[pre+"ffn_"+kind+".weight"]
 			f, _ := w.Float32s()
 			shape := append([]int{2}, w.Shape...)
-			src2[pre+"ffn_"+kind+"_exps.weight"] = f32Tensor("x", shape, append(slices.Clone(f), f...))
+			src2[pre+"ffn_"+kind+"_exps.weight"] = testmodel.F32("x", shape, append(slices.Clone(f), f...))
 		}
-		src2[pre+"ffn_gate_inp.weight"] = f32Tensor("r", []int{2, c.EmbSize}, make([]float32, 2*c.EmbSize))
+		src2[pre+"ffn_gate_inp.weight"] = testmodel.F32("r", []int{2, c.EmbSize}, make([]float32, 2*c.EmbSize))
 	}
-	want, err := fullLogits(mustModel(t, c2, src2), []int{4, 5, 6})
+	want, err := testmodel.FullLogits(mustModel(t, c2, src2), []int{4, 5, 6})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := maxAbsDiff(got, want); d > 1e-5 {
+	if d := testmodel.MaxAbsDiff(got, want); d > 1e-5 {
 		t.Errorf("dense vs 2-expert MoE: max |Δ| = %g", d)
 	}
 }
 
 func TestForwardErrors(t *testing.T) {
-	c := smallConfig()
-	lm := mustModel(t, c, randomModel(c, 11))
+	c := testmodel.SmallConfig()
+	lm := mustModel(t, c, testmodel.Random(c, 11))
 	for _, tc := range []struct {
 		name   string
-		inputs []Input
+		inputs []model.Input
 		want   string
 	}{
-		{"token too large", []Input{{Tokens: []int{1, c.VocabSize}}}, "outside the vocabulary"},
-		{"negative token", []Input{{Tokens: []int{-1}}}, "outside the vocabulary"},
-		{"too long", []Input{{Tokens: make([]int, c.SequenceLen+1)}}, "exceed the context"},
-		{"bad slot", []Input{{Slot: 3, Tokens: []int{1}}}, "slot 3 out of range"},
-		{"same slot twice", []Input{{Tokens: []int{1}}, {Tokens: []int{2}}}, "both use slot"},
-		{"empty", []Input{{Tokens: nil}}, "no tokens"},
+		{"token too large", []model.Input{{Tokens: []int{1, c.VocabSize}}}, "outside the vocabulary"},
+		{"negative token", []model.Input{{Tokens: []int{-1}}}, "outside the vocabulary"},
+		{"too long", []model.Input{{Tokens: make([]int, c.SequenceLen+1)}}, "exceed the context"},
+		{"bad slot", []model.Input{{Slot: 3, Tokens: []int{1}}}, "slot 3 out of range"},
+		{"same slot twice", []model.Input{{Tokens: []int{1}}, {Tokens: []int{2}}}, "both use slot"},
+		{"empty", []model.Input{{Tokens: nil}}, "no tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem, _ := NewKVMemory(&c, 2, 0)
+			mem, _ := model.NewKVMemory(&c, 2, 0)
 			_, err := lm.Forward(mem, tc.inputs)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
@@ -234,24 +236,24 @@ func TestForwardErrors(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	c := smallConfig()
+	c := testmodel.SmallConfig()
 	for _, tc := range []struct {
 		name   string
-		mutate func(mapSource)
+		mutate func(testmodel.Source)
 		want   string
 	}{
-		{"missing", func(s mapSource) { delete(s, "blk.1.attn_q.weight") }, `missing tensor "blk.1.attn_q.weight"`},
-		{"wrong shape", func(s mapSource) {
+		{"missing", func(s testmodel.Source) { delete(s, "blk.1.attn_q.weight") }, `missing tensor "blk.1.attn_q.weight"`},
+		{"wrong shape", func(s testmodel.Source) {
 			s["blk.0.attn_k.weight"].Shape = []int{8, 64}
 			s["blk.0.attn_k.weight"].Data = make([]byte, 8*64*4)
 		}, "has shape"},
-		{"short data", func(s mapSource) { s["output_norm.weight"].Data = s["output_norm.weight"].Data[:8] }, "needs"},
-		{"missing experts", func(s mapSource) { delete(s, "blk.0.ffn_up_exps.weight") }, "ffn_up"},
+		{"short data", func(s testmodel.Source) { s["output_norm.weight"].Data = s["output_norm.weight"].Data[:8] }, "needs"},
+		{"missing experts", func(s testmodel.Source) { delete(s, "blk.0.ffn_up_exps.weight") }, "ffn_up"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := randomModel(c, 1)
+			src := testmodel.Random(c, 1)
 			tc.mutate(src)
-			_, err := New(c, src)
+			_, err := model.New(c, src)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}

@@ -1,6 +1,7 @@
-package model
+package model_test
 
 import (
+	"github.com/grok-go/grok/internal/testmodel"
 	"math/rand/v2"
 	"testing"
 
@@ -9,9 +10,9 @@ import (
 
 // convert re-encodes every matrix of src (2-D and 3-D tensors other than the
 // router) with enc, leaving norms and the router in F32 as llama.cpp does.
-func convert(t *testing.T, src mapSource, enc func(name string, w *tensor.Tensor) *tensor.Tensor) mapSource {
+func convert(t *testing.T, src testmodel.Source, enc func(name string, w *tensor.Tensor) *tensor.Tensor) testmodel.Source {
 	t.Helper()
-	out := mapSource{}
+	out := testmodel.Source{}
 	for k, v := range src {
 		if len(v.Shape) >= 2 && !contains(k, "ffn_gate_inp") {
 			out[k] = enc(k, v)
@@ -45,20 +46,20 @@ func reencode(dt tensor.DType) func(string, *tensor.Tensor) *tensor.Tensor {
 // Q8_0, F16 and BF16 weights give logits close to F32's: the error is the
 // weights' rounding, nothing more.
 func TestLowPrecisionCloseToF32(t *testing.T) {
-	c := smallConfig()
-	src := randomModel(c, 21)
+	c := testmodel.SmallConfig()
+	src := testmodel.Random(c, 21)
 	toks := []int{7, 8, 9, 10, 11, 12, 13, 14}
-	want, _ := fullLogits(mustModel(t, c, src), toks)
+	want, _ := testmodel.FullLogits(mustModel(t, c, src), toks)
 	for _, tc := range []struct {
 		dt  tensor.DType
 		tol float64
 	}{{tensor.F16, 0.02}, {tensor.BF16, 0.2}, {tensor.Q8_0, 0.2}} {
 		t.Run(tc.dt.String(), func(t *testing.T) {
-			got, err := fullLogits(mustModel(t, c, convert(t, src, reencode(tc.dt))), toks)
+			got, err := testmodel.FullLogits(mustModel(t, c, convert(t, src, reencode(tc.dt))), toks)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := maxAbsDiff(got, want)
+			d := testmodel.MaxAbsDiff(got, want)
 			if d > tc.tol || d == 0 {
 				t.Errorf("%v vs F32: max |Δ| = %g (want 0 < Δ ≤ %g)", tc.dt, d, tc.tol)
 			}
@@ -112,7 +113,7 @@ func quantize8bit(rng *rand.Rand, name string, w *tensor.Tensor, shards int) (q,
 	}
 	q = &tensor.Tensor{Name: name, Type: tensor.I8, Shape: tshape, Data: i8, Transposed: true,
 		Scales: &tensor.Tensor{Name: name + ".scales", Type: tensor.BF16, Shape: sshape, Data: scBytes}}
-	deq = f32Tensor(name, tshape, dq)
+	deq = testmodel.F32(name, tshape, dq)
 	deq.Transposed = true
 	return q, deq
 }
@@ -120,10 +121,10 @@ func quantize8bit(rng *rand.Rand, name string, w *tensor.Tensor, shards int) (q,
 // The QuantizedWeight8bit path (int8 kept as is, scales applied per shard
 // inside the matmul) equals running the dequantised F32 matrix.
 func TestQuantizedWeight8bitEqualsDequantised(t *testing.T) {
-	c := smallConfig()
-	src := randomModel(c, 23)
+	c := testmodel.SmallConfig()
+	src := testmodel.Random(c, 23)
 	rng := rand.New(rand.NewPCG(1, 1))
-	qs, ds := mapSource{}, mapSource{}
+	qs, ds := testmodel.Source{}, testmodel.Source{}
 	for k, v := range src {
 		qs[k], ds[k] = v, v
 		if len(v.Shape) >= 2 && k != "token_embd.weight" && !contains(k, "ffn_gate_inp") {
@@ -135,20 +136,20 @@ func TestQuantizedWeight8bitEqualsDequantised(t *testing.T) {
 		}
 	}
 	toks := []int{5, 4, 3, 2, 1, 60, 61}
-	got, err := fullLogits(mustModel(t, c, qs), toks)
+	got, err := testmodel.FullLogits(mustModel(t, c, qs), toks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := fullLogits(mustModel(t, c, ds), toks)
+	want, err := testmodel.FullLogits(mustModel(t, c, ds), toks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := maxAbsDiff(got, want); d > 1e-4 {
+	if d := testmodel.MaxAbsDiff(got, want); d > 1e-4 {
 		t.Errorf("int8 vs dequantised: max |Δ| = %g", d)
 	}
 	// And the transposed F32 layout equals the original layout's model on
 	// the same (dequantised) values.
-	plain := mapSource{}
+	plain := testmodel.Source{}
 	for k, v := range ds {
 		plain[k] = v
 		if v.Transposed {
@@ -166,11 +167,11 @@ func TestQuantizedWeight8bitEqualsDequantised(t *testing.T) {
 			}
 			ns := append([]int(nil), sh...)
 			ns[len(ns)-2], ns[len(ns)-1] = cc, r
-			plain[k] = f32Tensor(k, ns, tr)
+			plain[k] = testmodel.F32(k, ns, tr)
 		}
 	}
-	want2, _ := fullLogits(mustModel(t, c, plain), toks)
-	if d := maxAbsDiff(want, want2); d > 1e-4 {
+	want2, _ := testmodel.FullLogits(mustModel(t, c, plain), toks)
+	if d := testmodel.MaxAbsDiff(want, want2); d > 1e-4 {
 		t.Errorf("[in,out] vs [out,in] layout: max |Δ| = %g", d)
 	}
 }

@@ -1,25 +1,29 @@
-package model
+// Package testmodel builds small random models of the Grok-1 architecture in
+// memory, for tests across the engine (model, runner, server).
+package testmodel
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
 
+	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
 )
 
-// mapSource is a TensorSource over tensors built in memory.
-type mapSource map[string]*tensor.Tensor
+// Source is a model.TensorSource over tensors built in memory.
+type Source map[string]*tensor.Tensor
 
-func (m mapSource) Lookup(name string) (*tensor.Tensor, bool) {
+// Lookup implements model.TensorSource.
+func (m Source) Lookup(name string) (*tensor.Tensor, bool) {
 	t, ok := m[name]
 	return t, ok
 }
 
-// smallConfig is a T1-like configuration (semantics §8) small enough for
+// SmallConfig is a T1-like configuration (semantics §8) small enough for
 // property tests.
-func smallConfig() Config {
-	return Config{
+func SmallConfig() model.Config {
+	return model.Config{
 		VocabSize: 64, EmbSize: 32, KeySize: 8, NumQHeads: 4, NumKVHeads: 2, NumLayers: 2,
 		FFNSize: 64, NumExperts: 4, NumSelectedExperts: 2,
 		AttnOutputMultiplier: 0.2, EmbeddingMultiplierScale: 8, OutputMultiplierScale: 0.5773502691896257,
@@ -27,16 +31,17 @@ func smallConfig() Config {
 	}
 }
 
-func f32Tensor(name string, shape []int, vals []float32) *tensor.Tensor {
+// F32 makes an F32 tensor from values.
+func F32(name string, shape []int, vals []float32) *tensor.Tensor {
 	data, _ := tensor.EncodeRow(nil, tensor.F32, vals)
 	return &tensor.Tensor{Name: name, Type: tensor.F32, Shape: shape, Data: data}
 }
 
-// randomModel makes random float32 weights for c in GGUF naming, scaled as
+// Random makes random float32 weights for c in GGUF naming, scaled as
 // the golden model's generator does (semantics README of grok-tiny).
-func randomModel(c Config, seed uint64) mapSource {
+func Random(c model.Config, seed uint64) Source {
 	rng := rand.New(rand.NewPCG(seed, 0))
-	src := mapSource{}
+	src := Source{}
 	mat := func(name string, gain float64, shape ...int) {
 		n, _ := tensor.Elements(shape)
 		fanIn := shape[len(shape)-1]
@@ -44,21 +49,21 @@ func randomModel(c Config, seed uint64) mapSource {
 		for i := range v {
 			v[i] = float32(rng.NormFloat64() * gain / math.Sqrt(float64(fanIn)))
 		}
-		src[name] = f32Tensor(name, shape, v)
+		src[name] = F32(name, shape, v)
 	}
 	norm := func(name string, lo, hi float64) {
 		v := make([]float32, c.EmbSize)
 		for i := range v {
 			v[i] = float32(lo + (hi-lo)*rng.Float64())
 		}
-		src[name] = f32Tensor(name, []int{c.EmbSize}, v)
+		src[name] = F32(name, []int{c.EmbSize}, v)
 	}
 	D, K, F, E := c.EmbSize, c.KeySize, c.FFNSize, c.NumExperts
 	emb := make([]float32, c.VocabSize*D)
 	for i := range emb {
 		emb[i] = float32(rng.NormFloat64() * 0.04)
 	}
-	src["token_embd.weight"] = f32Tensor("token_embd.weight", []int{c.VocabSize, D}, emb)
+	src["token_embd.weight"] = F32("token_embd.weight", []int{c.VocabSize, D}, emb)
 	norm("output_norm.weight", 10, 14)
 	for l := 0; l < c.NumLayers; l++ {
 		p := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", l, s) }
@@ -84,17 +89,18 @@ func randomModel(c Config, seed uint64) mapSource {
 	return src
 }
 
-// fullLogits runs each sequence alone in one call and returns all-position logits.
-func fullLogits(lm *LanguageModel, tokens []int) ([]float32, error) {
-	mem, err := NewKVMemory(&lm.Config, 1, 0)
+// FullLogits runs each sequence alone in one call and returns all-position logits.
+func FullLogits(lm *model.LanguageModel, tokens []int) ([]float32, error) {
+	mem, err := model.NewKVMemory(&lm.Config, 1, 0)
 	if err != nil {
 		return nil, err
 	}
-	out, err := lm.Forward(mem, []Input{{Slot: 0, Tokens: tokens, AllLogits: true}})
+	out, err := lm.Forward(mem, []model.Input{{Slot: 0, Tokens: tokens, AllLogits: true}})
 	return append([]float32(nil), out...), err
 }
 
-func maxAbsDiff(a, b []float32) float64 {
+// MaxAbsDiff is max |a[i] - b[i]|, +Inf on length mismatch or NaN.
+func MaxAbsDiff(a, b []float32) float64 {
 	if len(a) != len(b) {
 		return math.Inf(1)
 	}
