@@ -30,7 +30,7 @@ func Elements(shape []int) (int, error) {
 		if d < 0 {
 			return 0, fmt.Errorf("tensor: negative dimension in shape %v", shape)
 		}
-		if d != 0 && n > math.MaxInt64/4/d {
+		if d != 0 && n > math.MaxInt/4/d {
 			return 0, fmt.Errorf("tensor: shape %v is too large", shape)
 		}
 		n *= d

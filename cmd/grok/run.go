@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/grok-go/grok/internal/defaultmodel"
+	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/runner"
+	"github.com/grok-go/grok/sampler"
+)
+
+func init() {
+	register(command{
+		name:    "run",
+		usage:   "[-m MODEL] [flags] [PROMPT]  (PROMPT from stdin when absent)",
+		summary: "generate text from a prompt, streamed to stdout",
+		run:     runRun,
+	})
+}
+
+// genFlags are the sampling and generation flags, in llama.cpp's spelling.
+type genFlags struct {
+	n                           *int
+	temp, topP, minP            *float64
+	topK, repeatLastN           *int
+	repeatPen, presPen, freqPen *float64
+	seed                        *int64
+	stop                        stringList
+	ctx                         *int
+	threads                     *int
+	ignoreEOS, truncate         *bool
+}
+
+func addGenFlags(fs *flag.FlagSet) *genFlags {
+	g := &genFlags{
+		n:           fs.Int("n", 128, "new tokens to generate at most (-1: until the context is full)"),
+		temp:        fs.Float64("temp", 0.8, "temperature; 0 = greedy"),
+		topK:        fs.Int("top-k", 40, "keep the k most likely tokens (0 = off)"),
+		topP:        fs.Float64("top-p", 0.95, "nucleus sampling threshold, runners.py's rule (1 = off)"),
+		minP:        fs.Float64("min-p", 0.05, "drop tokens below min-p × the top probability (0 = off)"),
+		repeatPen:   fs.Float64("repeat-penalty", 1, "repetition penalty (1 = off)"),
+		repeatLastN: fs.Int("repeat-last-n", 64, "tokens of history the penalties look at (-1 = all)"),
+		presPen:     fs.Float64("presence-penalty", 0, "OpenAI presence penalty"),
+		freqPen:     fs.Float64("frequency-penalty", 0, "OpenAI frequency penalty"),
+		seed:        fs.Int64("seed", -1, "random seed (-1 = random)"),
+		ctx:         fs.Int("c", 0, "context size in tokens (0 = the model's)"),
+		threads:     fs.Int("t", 0, "threads (0 = all cores)"),
+		ignoreEOS:   fs.Bool("ignore-eos", false, "keep generating after the end-of-sequence token, as runners.py does"),
+		truncate:    fs.Bool("truncate", false, "keep the end of a prompt that does not fit the context instead of failing"),
+	}
+	fs.Var(&g.stop, "stop", "stop string (repeatable)")
+	return g
+}
+
+func (g *genFlags) params() sampler.Params {
+	seed := uint64(*g.seed)
+	if *g.seed < 0 {
+		seed = rand.Uint64()
+	}
+	return sampler.Params{
+		Temperature: float32(*g.temp), TopK: *g.topK, TopP: float32(*g.topP), MinP: float32(*g.minP),
+		RepeatPenalty: float32(*g.repeatPen), RepeatLastN: *g.repeatLastN,
+		PresencePenalty: float32(*g.presPen), FrequencyPenalty: float32(*g.freqPen), Seed: seed,
+	}
+}
+
+func (g *genFlags) request(prompt []int) runner.Request {
+	n := *g.n
+	if n < 0 {
+		n = 0
+	}
+	return runner.Request{Prompt: prompt, MaxTokens: n, Sampling: g.params(), Stop: g.stop,
+		IgnoreEOS: *g.ignoreEOS, TruncatePrompt: *g.truncate}
+}
+
+// openModelOrDefault opens -m, or the embedded demo model when it is empty.
+func openModelOrDefault(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
+	if *mf.path == "" {
+		return loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
+	}
+	return mf.open(stderr)
+}
+
+func runRun(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", "[-m MODEL] [flags] [PROMPT]", stderr)
+	mf := addModelFlags(fs)
+	g := addGenFlags(fs)
+	noEcho := fs.Bool("no-display-prompt", false, "print only the continuation, not the prompt")
+	quiet := fs.Bool("q", false, "do not print timings to stderr")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	var prompt string
+	if len(pos) > 0 {
+		prompt = strings.Join(pos, " ")
+	} else {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return err
+		}
+		prompt = strings.TrimSuffix(string(b), "\n")
+	}
+	setThreads(*g.threads)
+	m, err := openModelOrDefault(mf, stderr)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if m.Tokenizer == nil {
+		return errors.New("the model has no tokenizer: pass --tokenizer tokenizer.model")
+	}
+	ids := m.Tokenizer.Encode(prompt)
+	if len(ids) == 0 {
+		return usagef("the prompt is empty")
+	}
+	eng, err := runner.New(m.LanguageModel, m.Tokenizer, runner.Options{Slots: 1, Context: *g.ctx})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	start := time.Now()
+	st, err := eng.Submit(ctx, g.request(ids))
+	if err != nil {
+		return err
+	}
+	if !*noEcho {
+		fmt.Fprint(stdout, prompt)
+	}
+	flusher, _ := stdout.(interface{ Sync() error })
+	for {
+		ev, err := st.Recv(context.Background())
+		if err != nil {
+			return err
+		}
+		if ev.Text != "" {
+			io.WriteString(stdout, ev.Text)
+			if flusher != nil {
+				flusher.Sync()
+			}
+		}
+		if ev.Done {
+			fmt.Fprintln(stdout)
+			if ev.Finish == runner.FinishError {
+				return ev.Err
+			}
+			if !*quiet {
+				u := ev.Usage
+				fmt.Fprintf(stderr, "\nprompt: %d tokens in %v (%.1f tok/s); generation: %d tokens in %v (%.1f tok/s); finish: %s; total %v\n",
+					u.PromptTokens, u.Prefill.Round(time.Millisecond), rate(u.PromptTokens, u.Prefill),
+					u.CompletionTokens, u.Decode.Round(time.Millisecond), rate(u.CompletionTokens-1, u.Decode),
+					ev.Finish, time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		}
+	}
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 || n <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// setThreads is a hook for the kernels' worker pool (0 = all cores).
+var setThreads = func(int) {}

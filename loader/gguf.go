@@ -1,0 +1,134 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tensor"
+)
+
+// Defaults llama.cpp's grok loader uses when a key is absent
+// (src/models/grok.cpp; semantics §7): Grok-1's own values.
+const (
+	defaultEmbeddingScale = 78.38367176906169
+	defaultLogitScale     = 0.5773502691896257
+	defaultAttnOutScale   = 0.08838834764831845
+	defaultAttnSoftcap    = 30
+)
+
+// ConfigFromGGUF reads the model.Config of an arch-`grok` GGUF file from its
+// metadata (semantics §9), falling back to the tensor shapes for sizes a
+// writer may leave out.
+func ConfigFromGGUF(f *gguf.File) (model.Config, error) {
+	var c model.Config
+	arch, _ := f.String("general.architecture")
+	if arch != "grok" {
+		return c, fmt.Errorf("gguf: general.architecture is %q; this engine runs arch \"grok\"", arch)
+	}
+	var errs []error
+	intKey := func(key string, required bool, def int) int {
+		v, ok := f.Int("grok." + key)
+		if !ok {
+			if required {
+				errs = append(errs, fmt.Errorf("missing metadata key grok.%s", key))
+			}
+			return def
+		}
+		if v < 0 || v > math.MaxInt32 {
+			errs = append(errs, fmt.Errorf("grok.%s = %d is out of range", key, v))
+			return def
+		}
+		return int(v)
+	}
+	floatKey := func(key string, def float64) float32 {
+		if v, ok := f.Float("grok." + key); ok {
+			return float32(v)
+		}
+		return float32(def)
+	}
+	c.EmbSize = intKey("embedding_length", true, 0)
+	c.NumLayers = intKey("block_count", true, 0)
+	c.NumQHeads = intKey("attention.head_count", true, 0)
+	c.NumKVHeads = intKey("attention.head_count_kv", false, c.NumQHeads)
+	defK := 0
+	if c.NumQHeads > 0 {
+		defK = c.EmbSize / c.NumQHeads
+	}
+	c.KeySize = intKey("attention.key_length", false, defK)
+	if vl := intKey("attention.value_length", false, c.KeySize); vl != c.KeySize {
+		errs = append(errs, fmt.Errorf("grok.attention.value_length %d differs from key_length %d (model.py uses one key_size)", vl, c.KeySize))
+	}
+	if rd := intKey("rope.dimension_count", false, c.KeySize); rd != c.KeySize {
+		errs = append(errs, fmt.Errorf("grok.rope.dimension_count %d: partial rotary embeddings are not Grok-1's (key_size %d)", rd, c.KeySize))
+	}
+	c.FFNSize = intKey("expert_feed_forward_length", false, 0)
+	if c.FFNSize == 0 {
+		c.FFNSize = intKey("feed_forward_length", true, 0)
+	}
+	c.NumExperts = intKey("expert_count", false, 0)
+	c.NumSelectedExperts = intKey("expert_used_count", false, 0)
+	c.SequenceLen = intKey("context_length", true, 0)
+	c.VocabSize = intKey("vocab_size", false, 0)
+	if c.VocabSize == 0 {
+		if toks, ok := f.Get("tokenizer.ggml.tokens"); ok {
+			c.VocabSize = toks.Len()
+		} else if ti, ok := f.Info("token_embd.weight"); ok && len(ti.Dims) == 2 {
+			c.VocabSize = int(ti.Dims[1])
+		}
+	}
+	c.RopeBase = floatKey("rope.freq_base", 10000)
+	c.RMSEps = floatKey("attention.layer_norm_rms_epsilon", 1e-5)
+	c.EmbeddingMultiplierScale = floatKey("embedding_scale", defaultEmbeddingScale)
+	c.OutputMultiplierScale = floatKey("logit_scale", defaultLogitScale)
+	c.AttnOutputMultiplier = floatKey("attention.output_scale", defaultAttnOutScale)
+	c.AttnLogitCap = floatKey("attn_logit_softcapping", defaultAttnSoftcap)
+	// grok.router_logit_softcapping is deliberately ignored: model.py has no
+	// router softcap and llama.cpp reads the key but never applies it (§7.4).
+	if v, ok := f.Float("grok.final_logit_softcapping"); ok && v != 0 {
+		errs = append(errs, fmt.Errorf("grok.final_logit_softcapping = %g: final logit softcapping is Grok-2's, not supported", v))
+	}
+	if v, ok := f.String("grok.rope.scaling.type"); ok && v != "" && v != "none" {
+		errs = append(errs, fmt.Errorf("grok.rope.scaling.type = %q: RoPE scaling is not supported", v))
+	}
+	c.PadToken = 0
+	if v, ok := f.Int("tokenizer.ggml.padding_token_id"); ok && v >= 0 {
+		c.PadToken = int(v)
+	}
+	c.EOSToken = 2
+	if v, ok := f.Int("tokenizer.ggml.eos_token_id"); ok && v >= 0 {
+		c.EOSToken = int(v)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("gguf: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// ggufSource adapts a gguf.File to model.TensorSource.
+type ggufSource struct{ f *gguf.File }
+
+func (s ggufSource) Lookup(name string) (*tensor.Tensor, bool) {
+	t, err := s.f.Tensor(name)
+	if err != nil {
+		return nil, false
+	}
+	return t, true
+}
+
+// checkTypes reports the first tensor whose type the engine cannot compute
+// with, so that the user sees "type Q4_K is not supported" rather than a
+// missing tensor.
+func checkTypes(f *gguf.File) error {
+	for i := range f.Tensors {
+		if _, ok := f.Tensors[i].Type.DType(); !ok {
+			return &gguf.UnsupportedTypeError{Tensor: f.Tensors[i].Name, Type: f.Tensors[i].Type}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+// Package loader opens a model in any supported format — GGUF (llama.cpp's
+// arch `grok`), xAI's original checkpoint, Hugging Face safetensors — and
+// builds the model and its tokenizer from it. It is the only place that knows
+// both the formats and the model: formats yield named tensors and a config,
+// the model consumes them.
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tokenizer"
+)
+
+// Options tunes Open.
+type Options struct {
+	// Tokenizer is a tokenizer.model path, for formats that do not embed one.
+	Tokenizer string
+	// Preset names the config to use for an xAI checkpoint without config.json.
+	Preset string
+}
+
+// Model is a loaded model: the network, the file it came from and, when the
+// file has one, its tokenizer.
+type Model struct {
+	*model.LanguageModel
+	Format string // "gguf", "xai", "safetensors"
+	Path   string
+	GGUF   *gguf.File // set for GGUF models (metadata, tensor table)
+	// Tokenizer is the model's tokenizer: embedded in a GGUF, or a
+	// tokenizer.model given in Options or found next to the model; nil if none.
+	Tokenizer *tokenizer.Tokenizer
+
+	closers []io.Closer
+	tensors []TensorDesc // for formats other than GGUF
+}
+
+// Close releases the model's mapped files. The model must not be used after.
+func (m *Model) Close() error {
+	var errs []error
+	for _, c := range m.closers {
+		errs = append(errs, c.Close())
+	}
+	m.closers = nil
+	return errors.Join(errs...)
+}
+
+// Open loads the model at path, detecting its format.
+func Open(path string, opt Options) (*Model, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("loader: %s: no model format recognised in this folder", path)
+	}
+	magic := make([]byte, 4)
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	_, err = io.ReadFull(fh, magic)
+	fh.Close()
+	if err == nil && string(magic) == gguf.Magic {
+		f, err := gguf.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		m, err := fromGGUF(f, path)
+		if err == nil && opt.Tokenizer != "" {
+			m.Tokenizer, err = tokenizer.Load(opt.Tokenizer)
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		m.closers = append(m.closers, f)
+		return m, nil
+	}
+	return nil, fmt.Errorf("loader: %s: unknown model format (%s)", path, filepath.Ext(path))
+}
+
+// FromGGUFBytes loads a GGUF model held in memory (e.g. embedded in the
+// binary). data must not change while the model is in use.
+func FromGGUFBytes(data []byte, name string) (*Model, error) {
+	f, err := gguf.Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	return fromGGUF(f, name)
+}
+
+func fromGGUF(f *gguf.File, path string) (*Model, error) {
+	cfg, err := ConfigFromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := checkTypes(f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	lm, err := model.New(cfg, ggufSource{f})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	tok, err := tokenizerFromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if tok != nil && tok.VocabSize() > cfg.VocabSize {
+		return nil, fmt.Errorf("%s: the tokenizer has %d pieces but the model only %d", path, tok.VocabSize(), cfg.VocabSize)
+	}
+	return &Model{LanguageModel: lm, Format: "gguf", Path: path, GGUF: f, Tokenizer: tok}, nil
+}
+
+// TensorDesc describes one tensor of a model file for `grok inspect`.
+type TensorDesc struct {
+	Name  string
+	Type  string
+	Shape []int // numpy order, outermost first
+	Bytes int64
+}
+
+// Tensors lists the file's tensors in file order.
+func (m *Model) Tensors() []TensorDesc {
+	if m.GGUF != nil {
+		out := make([]TensorDesc, len(m.GGUF.Tensors))
+		for i, t := range m.GGUF.Tensors {
+			out[i] = TensorDesc{Name: t.Name, Type: t.Type.String(), Shape: t.Shape(), Bytes: t.Size}
+		}
+		return out
+	}
+	return m.tensors
+}

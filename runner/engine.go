@@ -1,0 +1,489 @@
+// Package runner turns a model into a text generator: it owns the KV memory,
+// schedules requests into slots with continuous batching, samples, detokenises
+// and applies stop rules. It is what runners.py's InferenceRunner meant to be
+// (slots in one batch, each with its own step and sampling settings), fixed
+// where runners.py is wrong: token lists are per slot, EOS and stop strings
+// end a request, inactive slots cost nothing.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/sampler"
+	"github.com/grok-go/grok/tokenizer"
+)
+
+// Options configures an Engine.
+type Options struct {
+	// Slots is how many sequences decode together in one batch (default 1).
+	Slots int
+	// Context is the KV memory rows per slot: prompt plus generated tokens
+	// (default and maximum: the model's sequence_len).
+	Context int
+	// MaxQueue bounds the requests waiting for a slot (default 64); Submit
+	// returns ErrQueueFull beyond it.
+	MaxQueue int
+	// PrefillChunk caps the prompt tokens one sequence feeds per step, so a
+	// long prompt does not stall the others' decoding (default 256).
+	PrefillChunk int
+}
+
+// ErrQueueFull is returned by Submit when every slot is busy and the queue is full.
+var ErrQueueFull = errors.New("runner: too many requests waiting")
+
+// ErrClosed is returned by Submit after Close.
+var ErrClosed = errors.New("runner: engine is closed")
+
+// Request is one generation job.
+type Request struct {
+	Prompt    []int          // token ids, no BOS added (runners.py encodes without one)
+	MaxTokens int            // new tokens at most; 0 = until the context is full
+	Sampling  sampler.Params // temperature 0 = greedy
+	Stop      []string       // stop strings: output ends before the first match
+	IgnoreEOS bool           // keep generating through EOS, as runners.py does
+	// TruncatePrompt keeps the last tokens of a prompt that does not fit
+	// (runners.py's pad_to_size left truncation) instead of failing.
+	TruncatePrompt bool
+}
+
+// Finish reasons, in OpenAI's vocabulary where it has one.
+const (
+	FinishStop      = "stop"      // EOS or a stop string
+	FinishLength    = "length"    // max tokens or the context is full
+	FinishCancelled = "cancelled" // the client went away or Cancel was called
+	FinishError     = "error"
+)
+
+// TokenInfo describes one sampled token.
+type TokenInfo struct {
+	ID      int
+	Logprob float32
+	Top     []sampler.TokenProb // copied; at most Sampling.TopLogprobs
+}
+
+// Usage counts a request's tokens and times its phases.
+type Usage struct {
+	PromptTokens, CompletionTokens int
+	Truncated                      int           // prompt tokens dropped by TruncatePrompt
+	Queued, Prefill, Decode        time.Duration // waiting, prompt until first token, after it
+}
+
+// Event is what a Stream delivers: newly released text and the tokens of one
+// step, or the end of the request.
+type Event struct {
+	Text   string
+	Tokens []TokenInfo
+	Done   bool
+	Finish string // set when Done
+	Err    error  // set when Finish is FinishError
+	Usage  Usage  // complete when Done
+}
+
+// Stream is a submitted request. Recv returns its events in order.
+type Stream struct {
+	req    Request
+	ctx    context.Context
+	cancel atomic.Bool
+
+	mu     sync.Mutex
+	events []Event
+	notify chan struct{}
+	ended  bool // the final event has been queued
+
+	// Owned by the engine loop.
+	slot      int
+	fed       int // prompt tokens written to memory
+	last      int // the token to feed next (after prefill)
+	generated []int
+	history   []int
+	smp       *sampler.Sampler
+	dec       *tokenizer.StreamDecoder
+	stop      stopMatcher
+	usage     Usage
+	submitted time.Time
+	started   time.Time
+	firstTok  time.Time
+}
+
+// Recv waits for the next event. After the Done event it returns io.EOF.
+func (s *Stream) Recv(ctx context.Context) (Event, error) {
+	for {
+		s.mu.Lock()
+		if len(s.events) > 0 {
+			ev := s.events[0]
+			s.events[0] = Event{}
+			s.events = s.events[1:]
+			s.mu.Unlock()
+			return ev, nil
+		}
+		ended := s.ended
+		s.mu.Unlock()
+		if ended {
+			return Event{}, io.EOF
+		}
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// Cancel asks the engine to stop the request; its slot is freed at the next step.
+func (s *Stream) Cancel() { s.cancel.Store(true) }
+
+func (s *Stream) push(ev Event) {
+	s.mu.Lock()
+	s.events = append(s.events, ev)
+	if ev.Done {
+		s.ended = true
+	}
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Stats are the engine's counters, for metrics.
+type Stats struct {
+	Requests, Finished, Cancelled, Rejected int64
+	PromptTokens, GeneratedTokens           int64
+	Steps                                   int64
+	Queued, Active, Slots                   int
+}
+
+// Engine runs requests on one model. Its loop goroutine is the only caller
+// of the model's Forward.
+type Engine struct {
+	lm   *model.LanguageModel
+	tok  *tokenizer.Tokenizer
+	mem  *model.KVMemory
+	opts Options
+	eos  int
+
+	mu      sync.Mutex
+	waiting []*Stream
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+
+	slots  []*Stream // loop-owned; nil = free
+	inputs []model.Input
+	rows   []*Stream
+
+	requests, finished, cancelled, rejected atomic.Int64
+	promptTok, genTok, steps                atomic.Int64
+	active                                  atomic.Int64
+}
+
+// New starts an engine for lm. tok may be nil, in which case events carry
+// tokens but no text, and stop strings are not supported.
+func New(lm *model.LanguageModel, tok *tokenizer.Tokenizer, opts Options) (*Engine, error) {
+	c := &lm.Config
+	if opts.Slots <= 0 {
+		opts.Slots = 1
+	}
+	if opts.Context <= 0 || opts.Context > c.SequenceLen {
+		if opts.Context > c.SequenceLen {
+			return nil, fmt.Errorf("runner: context %d exceeds the model's sequence_len %d", opts.Context, c.SequenceLen)
+		}
+		opts.Context = c.SequenceLen
+	}
+	if opts.MaxQueue <= 0 {
+		opts.MaxQueue = 64
+	}
+	if opts.PrefillChunk <= 0 {
+		opts.PrefillChunk = 256
+	}
+	mem, err := model.NewKVMemory(c, opts.Slots, opts.Context)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		lm: lm, tok: tok, mem: mem, opts: opts, eos: c.EOSToken,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		slots: make([]*Stream, opts.Slots),
+	}
+	if tok != nil && tok.EOS() >= 0 {
+		e.eos = tok.EOS()
+	}
+	go e.loop()
+	return e, nil
+}
+
+// Context returns the rows per slot: the most prompt + generated tokens a request can have.
+func (e *Engine) Context() int { return e.opts.Context }
+
+// Model returns the engine's model.
+func (e *Engine) Model() *model.LanguageModel { return e.lm }
+
+// Tokenizer returns the engine's tokenizer (may be nil).
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	q := len(e.waiting)
+	e.mu.Unlock()
+	return Stats{
+		Requests: e.requests.Load(), Finished: e.finished.Load(), Cancelled: e.cancelled.Load(),
+		Rejected: e.rejected.Load(), PromptTokens: e.promptTok.Load(), GeneratedTokens: e.genTok.Load(),
+		Steps: e.steps.Load(), Queued: q, Active: int(e.active.Load()), Slots: e.opts.Slots,
+	}
+}
+
+// Submit validates req and queues it. ctx cancels the request: when it is
+// done, the request's slot is freed at the next step.
+func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
+	V := e.lm.Config.VocabSize
+	if len(req.Prompt) == 0 {
+		return nil, errors.New("runner: the prompt is empty")
+	}
+	for _, t := range req.Prompt {
+		if t < 0 || t >= V {
+			return nil, fmt.Errorf("runner: prompt token %d is outside the vocabulary [0, %d)", t, V)
+		}
+	}
+	if req.MaxTokens < 0 {
+		return nil, fmt.Errorf("runner: max tokens %d is negative", req.MaxTokens)
+	}
+	if len(req.Stop) > 0 && e.tok == nil {
+		return nil, errors.New("runner: stop strings need a tokenizer")
+	}
+	ctxLen := e.opts.Context
+	var truncated int
+	if len(req.Prompt) >= ctxLen {
+		if !req.TruncatePrompt {
+			return nil, fmt.Errorf("runner: the prompt has %d tokens; the context holds %d (prompt and generated tokens together)", len(req.Prompt), ctxLen)
+		}
+		keep := ctxLen - max(1, min(req.MaxTokens, ctxLen/2))
+		truncated = len(req.Prompt) - keep
+		req.Prompt = req.Prompt[truncated:]
+	}
+	smp, err := sampler.New(V, req.Sampling)
+	if err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	s := &Stream{req: req, ctx: ctx, notify: make(chan struct{}, 1), smp: smp, submitted: time.Now()}
+	s.usage.Truncated = truncated
+	s.usage.PromptTokens = len(req.Prompt)
+	s.stop.stops = req.Stop
+	if e.tok != nil {
+		// Prime the decoder with the prompt so that the continuation's text
+		// is exactly Decode(prompt+generated) minus Decode(prompt): the
+		// leading-space rule applies to the prompt's first piece, not ours.
+		s.dec = e.tok.NewDecoder()
+		for _, id := range req.Prompt {
+			if _, err := s.dec.Add(id); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s.history = append(make([]int, 0, len(req.Prompt)+64), req.Prompt...)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	if len(e.waiting) >= e.opts.MaxQueue {
+		e.rejected.Add(1)
+		return nil, ErrQueueFull
+	}
+	e.waiting = append(e.waiting, s)
+	e.requests.Add(1)
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return s, nil
+}
+
+// Close stops the engine: waiting and running requests end as cancelled.
+// It returns when the loop has exited.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+	e.mu.Unlock()
+	<-e.done
+}
+
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		e.mu.Lock()
+		closed := e.closed
+		var admit []*Stream
+		for i := range e.slots {
+			if e.slots[i] == nil && len(e.waiting) > 0 && !closed {
+				s := e.waiting[0]
+				e.waiting[0] = nil
+				e.waiting = e.waiting[1:]
+				s.slot = i
+				e.slots[i] = s
+				admit = append(admit, s)
+			}
+		}
+		if closed {
+			for _, s := range e.waiting {
+				e.end(s, FinishCancelled, ErrClosed)
+			}
+			e.waiting = nil
+		}
+		e.mu.Unlock()
+		now := time.Now()
+		for _, s := range admit {
+			e.mem.Reset(s.slot)
+			s.started = now
+			s.usage.Queued = now.Sub(s.submitted)
+			e.active.Add(1)
+		}
+		if closed {
+			for _, s := range e.slots {
+				if s != nil {
+					e.finish(s, FinishCancelled, ErrClosed)
+				}
+			}
+			return
+		}
+		if !e.step() {
+			<-e.wake
+		}
+	}
+}
+
+// step runs one batched forward over every active slot; it reports false
+// when there was nothing to do.
+func (e *Engine) step() bool {
+	e.inputs, e.rows = e.inputs[:0], e.rows[:0]
+	for _, s := range e.slots {
+		if s == nil {
+			continue
+		}
+		if s.cancel.Load() || s.ctx.Err() != nil {
+			e.finish(s, FinishCancelled, nil)
+			continue
+		}
+		if s.fed < len(s.req.Prompt) {
+			n := min(len(s.req.Prompt)-s.fed, e.opts.PrefillChunk)
+			e.inputs = append(e.inputs, model.Input{Slot: s.slot, Tokens: s.req.Prompt[s.fed : s.fed+n]})
+			s.fed += n
+		} else {
+			e.inputs = append(e.inputs, model.Input{Slot: s.slot, Tokens: []int{s.last}})
+		}
+		e.rows = append(e.rows, s)
+	}
+	if len(e.inputs) == 0 {
+		return false
+	}
+	e.steps.Add(1)
+	logits, err := e.lm.Forward(e.mem, e.inputs)
+	if err != nil {
+		for _, s := range e.rows {
+			e.finish(s, FinishError, err)
+		}
+		return true
+	}
+	V := e.lm.Config.VocabSize
+	for i, s := range e.rows {
+		if s.fed < len(s.req.Prompt) {
+			continue // mid-prompt: nothing to sample yet
+		}
+		e.sampleNext(s, logits[i*V:(i+1)*V])
+	}
+	return true
+}
+
+func (e *Engine) sampleNext(s *Stream, row []float32) {
+	if s.firstTok.IsZero() {
+		s.firstTok = time.Now()
+		s.usage.Prefill = s.firstTok.Sub(s.started)
+		e.promptTok.Add(int64(len(s.req.Prompt)))
+	}
+	r, err := s.smp.Sample(row, s.history)
+	if err != nil {
+		e.finish(s, FinishError, err)
+		return
+	}
+	s.generated = append(s.generated, r.Token)
+	s.history = append(s.history, r.Token)
+	s.usage.CompletionTokens++
+	e.genTok.Add(1)
+	info := TokenInfo{ID: r.Token, Logprob: r.Logprob}
+	if len(r.Top) > 0 {
+		info.Top = append([]sampler.TokenProb(nil), r.Top...)
+	}
+	if r.Token == e.eos && !s.req.IgnoreEOS {
+		s.push(Event{Tokens: []TokenInfo{info}})
+		e.flush(s)
+		e.finish(s, FinishStop, nil)
+		return
+	}
+	var text string
+	stopped := false
+	if s.dec != nil {
+		piece, err := s.dec.Add(r.Token)
+		if err != nil {
+			e.finish(s, FinishError, err)
+			return
+		}
+		text, stopped = s.stop.push(piece)
+	}
+	s.push(Event{Text: text, Tokens: []TokenInfo{info}})
+	switch {
+	case stopped:
+		e.finish(s, FinishStop, nil)
+	case s.req.MaxTokens > 0 && len(s.generated) >= s.req.MaxTokens,
+		e.mem.Step(s.slot) >= e.opts.Context:
+		e.flush(s)
+		e.finish(s, FinishLength, nil)
+	default:
+		s.last = r.Token
+	}
+}
+
+// flush releases text held back by the stop matcher and any incomplete UTF-8
+// the decoder kept, when a request ends other than by a stop string.
+func (e *Engine) flush(s *Stream) {
+	if s.dec == nil {
+		return
+	}
+	if tail := s.stop.flush() + s.dec.Flush(); tail != "" {
+		s.push(Event{Text: tail})
+	}
+}
+
+// finish ends an admitted request and frees its slot.
+func (e *Engine) finish(s *Stream, reason string, err error) {
+	e.slots[s.slot] = nil
+	e.active.Add(-1)
+	if !s.firstTok.IsZero() {
+		s.usage.Decode = time.Since(s.firstTok)
+	}
+	e.end(s, reason, err)
+}
+
+func (e *Engine) end(s *Stream, reason string, err error) {
+	if reason == FinishCancelled {
+		e.cancelled.Add(1)
+	} else {
+		e.finished.Add(1)
+	}
+	s.push(Event{Done: true, Finish: reason, Err: err, Usage: s.usage})
+}

@@ -1,0 +1,376 @@
+// Package tokenizer is a pure-Go SentencePiece BPE tokenizer that
+// reproduces the output of the reference SentencePiece library
+// (sentencepiece_processor.cc, bpe_model.cc, normalizer.cc) for Grok-1's
+// tokenizer.model: the same ids for every input, including invalid UTF-8,
+// and the same decoded text for every id sequence.
+//
+// A Tokenizer is built from a serialized SentencePiece ModelProto (Load,
+// FromModelProto) or from the vocabulary embedded in a GGUF file
+// (FromGGUFVocab). It is immutable and safe for concurrent use.
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// Tokenizer encodes text to token ids and decodes ids back to text the way
+// SentencePiece's SentencePieceProcessor does for a BPE model with Encode
+// and Decode called without options (no BOS/EOS added, no sampling).
+type Tokenizer struct {
+	pieces []string
+	scores []float32
+	types  []pieceType
+
+	// canon[i] is SentencePiece's PieceToId(IdToPiece(i)). PieceToId looks
+	// up CONTROL, UNKNOWN and BYTE pieces before the others, so for a
+	// piece string that occurs twice the reserved one wins. It is both the
+	// id that encoding emits for a symbol of merge id i (< len(pieces)) and
+	// the id whose type decoding looks at.
+	canon     []int32
+	byteValue []int16  // for BYTE pieces the byte value, else -1
+	surface   []string // text of each piece when decoded, ▁ as space
+
+	unk, bos, eos, pad int
+	unkSurface         string
+	byteFallback       bool
+	byteIDs            [256]int32 // id of <0xNN>, or -1
+
+	// Normalizer (NormalizerSpec).
+	addDummyPrefix bool
+	removeExtraWS  bool
+	escapeWS       bool
+	spaceSym       string // "▁" when escaping whitespace, else " "
+	charsmap       *charsMap
+	fastNormalize  bool
+	user           *prefixMatcher // USER_DEFINED pieces; nil when none
+
+	// Encoder tables; see buildEncoder.
+	pieceIDs   map[string]int32 // NORMAL, USER_DEFINED, UNUSED pieces
+	reserved   map[string]int32 // CONTROL, UNKNOWN, BYTE pieces
+	asciiID    [utf8.RuneSelf]int32
+	charID     map[string]int32
+	virtual    []virtualSymbol
+	merges     map[uint64]mergeTarget
+	joinsSpace []bool
+	hasUnused  bool
+	segment    bool
+
+	pool sync.Pool // *scratch
+}
+
+// virtualSymbol is a single character that is not a mergeable piece but
+// occurs inside one (or is a reserved piece), so it needs a merge id.
+type virtualSymbol struct {
+	str string
+	out int32 // id emitted for it: the reserved piece, or unk
+}
+
+// Load reads a SentencePiece model file (tokenizer.model).
+func Load(path string) (*Tokenizer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := FromModelProto(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// FromModelProto builds a Tokenizer from a serialized SentencePiece
+// ModelProto. The model must be of type BPE. A malformed or inconsistent
+// model is reported as an error, with the same checks as SentencePiece's
+// ModelInterface::InitializePieces (non-empty unique pieces, exactly one
+// UNKNOWN piece, all 256 byte pieces when byte_fallback is set).
+func FromModelProto(data []byte) (*Tokenizer, error) {
+	m, err := parseModelProto(data)
+	if err != nil {
+		return nil, err
+	}
+	switch m.trainer.modelType {
+	case modelTypeBPE:
+	case modelTypeUnigram:
+		return nil, errors.New("tokenizer: unigram models are not supported (BPE only)")
+	default:
+		return nil, fmt.Errorf("tokenizer: model type %d is not supported (BPE only)", m.trainer.modelType)
+	}
+	if m.trainer.treatWhitespaceAsSuffix {
+		return nil, errors.New("tokenizer: treat_whitespace_as_suffix is not supported")
+	}
+	if m.hasDenorm && len(m.denorm.precompiledCharsmap) > 0 {
+		return nil, errors.New("tokenizer: denormalizer rules are not supported")
+	}
+	t := &Tokenizer{
+		pieces:         m.pieces,
+		scores:         m.scores,
+		types:          m.types,
+		unkSurface:     m.trainer.unkSurface,
+		byteFallback:   m.trainer.byteFallback,
+		addDummyPrefix: m.normalizer.addDummyPrefix,
+		removeExtraWS:  m.normalizer.removeExtraWhitespaces,
+		escapeWS:       m.normalizer.escapeWhitespaces,
+	}
+	if len(m.normalizer.precompiledCharsmap) > 0 {
+		if t.charsmap, err = newCharsMap(m.normalizer.precompiledCharsmap); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.initPieces(true); err != nil {
+		return nil, err
+	}
+	// SentencePieceProcessor::bos_id() and friends: the id of the piece
+	// named in the TrainerSpec, if it has the expected type.
+	special := func(name string, want pieceType) int {
+		if id := t.pieceToID(name); id >= 0 && t.types[id] == want {
+			return int(id)
+		}
+		return -1
+	}
+	t.bos = special(m.trainer.bosPiece, typeControl)
+	t.eos = special(m.trainer.eosPiece, typeControl)
+	t.pad = special(m.trainer.padPiece, typeControl)
+	t.buildEncoder()
+	return t, nil
+}
+
+// GGUF token type codes (llama.cpp's llama_token_type), equal to
+// SentencePiece's piece types.
+const (
+	ggufTypeNormal      = 1
+	ggufTypeUnknown     = 2
+	ggufTypeControl     = 3
+	ggufTypeUserDefined = 4
+	ggufTypeUnused      = 5
+	ggufTypeByte        = 6
+)
+
+// FromGGUFVocab builds a Tokenizer from the SentencePiece vocabulary that a
+// GGUF file embeds when tokenizer.ggml.model is "llama": the arrays
+// tokenizer.ggml.tokens, .scores and .token_type (1 normal, 2 unknown,
+// 3 control, 4 user-defined, 5 unused, 6 byte), the special ids (-1 when
+// absent) and tokenizer.ggml.add_space_prefix.
+//
+// GGUF keeps no NormalizerSpec, so the normalizer is taken to be what
+// llama.cpp assumes for such models: identity, no whitespace collapsing,
+// spaces escaped as U+2581, and a dummy prefix when addSpacePrefix is set.
+// Byte fallback is on when byte tokens are present. The unknown surface is
+// SentencePiece's default " ⁇ " (a GGUF does not record unk_surface).
+// Duplicate and empty tokens, which SentencePiece would reject, are
+// tolerated: the first occurrence of a string is the one encoding uses.
+func FromGGUFVocab(tokens []string, scores []float32, types []int32, bos, eos, unk, pad int, addSpacePrefix bool) (*Tokenizer, error) {
+	n := len(tokens)
+	if n == 0 {
+		return nil, errors.New("tokenizer: empty vocabulary")
+	}
+	if len(scores) != n || len(types) != n {
+		return nil, fmt.Errorf("tokenizer: vocabulary has %d tokens, %d scores and %d types", n, len(scores), len(types))
+	}
+	t := &Tokenizer{
+		pieces:         tokens,
+		scores:         scores,
+		types:          make([]pieceType, n),
+		unkSurface:     " \u2047 ",
+		addDummyPrefix: addSpacePrefix,
+		escapeWS:       true,
+	}
+	for i, ty := range types {
+		if ty < ggufTypeNormal || ty > ggufTypeByte {
+			return nil, fmt.Errorf("tokenizer: token %d has unknown type %d", i, ty)
+		}
+		t.types[i] = pieceType(ty)
+		if ty == ggufTypeByte {
+			t.byteFallback = true
+		}
+	}
+	for _, s := range []struct {
+		name string
+		id   int
+	}{{"bos", bos}, {"eos", eos}, {"unk", unk}, {"pad", pad}} {
+		if s.id < -1 || s.id >= n {
+			return nil, fmt.Errorf("tokenizer: %s id %d out of range [0, %d)", s.name, s.id, n)
+		}
+	}
+	if err := t.initPieces(false); err != nil {
+		return nil, err
+	}
+	if unk >= 0 {
+		t.unk = unk
+	}
+	if t.unk < 0 {
+		for b, id := range t.byteIDs {
+			if id < 0 {
+				return nil, fmt.Errorf("tokenizer: no unknown token and no byte token for 0x%02X", b)
+			}
+		}
+	}
+	t.bos, t.eos, t.pad = bos, eos, pad
+	t.buildEncoder()
+	return t, nil
+}
+
+// initPieces fills the piece maps and the per-id tables. strict applies
+// SentencePiece's load-time checks; the GGUF path is lenient.
+func (t *Tokenizer) initPieces(strict bool) error {
+	n := len(t.pieces)
+	if n > 1<<30 {
+		return errors.New("tokenizer: vocabulary too large")
+	}
+	t.pieceIDs = make(map[string]int32, n)
+	t.reserved = make(map[string]int32)
+	t.byteValue = make([]int16, n)
+	t.unk = -1
+	for i := range t.byteIDs {
+		t.byteIDs[i] = -1
+	}
+	for i, p := range t.pieces {
+		t.byteValue[i] = -1
+		typ := t.types[i]
+		if p == "" {
+			if strict {
+				return fmt.Errorf("tokenizer: piece %d is empty", i)
+			}
+			continue
+		}
+		m := t.reserved
+		if typ == typeNormal || typ == typeUserDefined || typ == typeUnused {
+			m = t.pieceIDs
+		}
+		if _, dup := m[p]; dup {
+			if strict {
+				return fmt.Errorf("tokenizer: piece %q is already defined", p)
+			}
+		} else {
+			m[p] = int32(i)
+		}
+		switch typ {
+		case typeUnknown:
+			if t.unk >= 0 && strict {
+				return errors.New("tokenizer: unk is already defined")
+			}
+			if t.unk < 0 {
+				t.unk = i
+			}
+		case typeByte:
+			if strict && !t.byteFallback {
+				return fmt.Errorf("tokenizer: byte piece %q is found although byte_fallback is false", p)
+			}
+			b, ok := pieceToByte(p)
+			if !ok {
+				return fmt.Errorf("tokenizer: byte piece %q is invalid", p)
+			}
+			t.byteValue[i] = int16(b)
+			if t.byteIDs[b] < 0 {
+				t.byteIDs[b] = int32(i)
+			}
+		case typeUnused:
+			t.hasUnused = true
+		}
+	}
+	if strict {
+		if t.unk < 0 {
+			return errors.New("tokenizer: unk is not defined")
+		}
+		if t.byteFallback {
+			for b, id := range t.byteIDs {
+				if id < 0 {
+					return fmt.Errorf("tokenizer: byte_fallback is set but there is no piece <0x%02X>", b)
+				}
+			}
+		}
+	}
+
+	t.canon = make([]int32, n)
+	t.surface = make([]string, n)
+	for i, p := range t.pieces {
+		t.canon[i] = int32(i)
+		if p != "" {
+			t.canon[i] = t.pieceToID(p)
+		}
+		switch t.types[i] {
+		case typeControl, typeByte:
+			// Control pieces decode to nothing; byte pieces are decoded in
+			// runs (see decode.go).
+		case typeUnknown:
+			t.surface[i] = t.unkSurface
+		default:
+			t.surface[i] = strings.ReplaceAll(p, spaceSymbol, " ")
+		}
+	}
+
+	t.spaceSym = " "
+	if t.escapeWS {
+		t.spaceSym = spaceSymbol
+	}
+	// The model and the normalizer share one PrefixMatcher over the
+	// USER_DEFINED pieces (SentencePieceProcessor::Load sets the
+	// normalizer's matcher to the model's).
+	user := make(map[string]int32)
+	userUTF8 := true
+	for p, id := range t.pieceIDs {
+		if t.types[id] == typeUserDefined {
+			user[p] = id
+			userUTF8 = userUTF8 && utf8.ValidString(p)
+		}
+	}
+	if len(user) > 0 {
+		t.user = newPrefixMatcher(user)
+	}
+	t.fastNormalize = t.charsmap == nil && !t.removeExtraWS && userUTF8
+	return nil
+}
+
+// pieceToID is SentencePiece's ModelInterface::PieceToId: reserved pieces
+// first, then the others, else unk.
+func (t *Tokenizer) pieceToID(p string) int32 {
+	if id, ok := t.reserved[p]; ok {
+		return id
+	}
+	if id, ok := t.pieceIDs[p]; ok {
+		return id
+	}
+	return int32(t.unk)
+}
+
+// pieceToByte parses a byte piece "<0xNN>" (upper-case hex, as
+// SentencePiece's ByteToPiece writes it).
+func pieceToByte(p string) (byte, bool) {
+	if len(p) != 6 || !strings.HasPrefix(p, "<0x") || p[5] != '>' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(p[3:5], 16, 8)
+	if err != nil {
+		return 0, false
+	}
+	return byte(v), true
+}
+
+// VocabSize returns the number of pieces.
+func (t *Tokenizer) VocabSize() int { return len(t.pieces) }
+
+// Piece returns the piece string of id (U+2581 for spaces, "<0xNN>" for
+// byte pieces), or "" if id is out of range.
+func (t *Tokenizer) Piece(id int) string {
+	if id < 0 || id >= len(t.pieces) {
+		return ""
+	}
+	return t.pieces[id]
+}
+
+// BOS returns the beginning-of-sentence id, or -1 if the model has none.
+func (t *Tokenizer) BOS() int { return t.bos }
+
+// EOS returns the end-of-sentence id, or -1 if the model has none.
+func (t *Tokenizer) EOS() int { return t.eos }
+
+// UNK returns the unknown-piece id, or -1 if the model has none.
+func (t *Tokenizer) UNK() int { return t.unk }
+
+// PAD returns the padding id, or -1 if the model has none.
+func (t *Tokenizer) PAD() int { return t.pad }
