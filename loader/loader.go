@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"strings"
 
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/model"
@@ -35,10 +35,15 @@ type Model struct {
 	// Tokenizer is the model's tokenizer: embedded in a GGUF, or a
 	// tokenizer.model given in Options or found next to the model; nil if none.
 	Tokenizer *tokenizer.Tokenizer
+	// Warnings are things the user should know about the file (e.g. config
+	// keys that were missing and defaulted).
+	Warnings []string
 
-	closers []io.Closer
+	closers []ioCloser
 	tensors []TensorDesc // for formats other than GGUF
 }
+
+type ioCloser = io.Closer
 
 // Close releases the model's mapped files. The model must not be used after.
 func (m *Model) Close() error {
@@ -57,7 +62,16 @@ func Open(path string, opt Options) (*Model, error) {
 		return nil, err
 	}
 	if st.IsDir() {
-		return nil, fmt.Errorf("loader: %s: no model format recognised in this folder", path)
+		switch detectDir(path) {
+		case "xai":
+			return openXAI(path, opt)
+		case "safetensors":
+			return openSafetensors(path, opt)
+		}
+		return nil, fmt.Errorf("loader: %s: %w in this folder (want ckpt-0/, *.safetensors or a GGUF file)", path, errNoFormat)
+	}
+	if strings.HasSuffix(path, ".safetensors") || strings.HasSuffix(path, ".index.json") {
+		return openSafetensors(path, opt)
 	}
 	magic := make([]byte, 4)
 	fh, err := os.Open(path)
@@ -82,7 +96,7 @@ func Open(path string, opt Options) (*Model, error) {
 		m.closers = append(m.closers, f)
 		return m, nil
 	}
-	return nil, fmt.Errorf("loader: %s: unknown model format (%s)", path, filepath.Ext(path))
+	return nil, fmt.Errorf("loader: %s: unknown model format (not GGUF, safetensors or an xAI checkpoint folder)", path)
 }
 
 // FromGGUFBytes loads a GGUF model held in memory (e.g. embedded in the

@@ -1,0 +1,305 @@
+// Package safetensors opens Hugging Face safetensors conversions of Grok-1
+// (one file, or shards with model.safetensors.index.json), memory-maps them
+// and serves their tensors under the canonical GGUF names the model looks up
+// (model/weights.go), translating from the hpcai-tech, keyfan and
+// Mixtral-style spellings (see nameTable). It also reads config.json into a
+// Config.
+//
+// Every header is validated when the file is opened: offsets inside the
+// file, sizes equal to shape × dtype, no overlapping tensors, no absurd
+// header lengths. A hostile or truncated file yields an error, never a panic
+// or an allocation sized by the file's claims.
+package safetensors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/grok-go/grok/tensor"
+)
+
+// File names of a Hugging Face model folder.
+const (
+	SingleFileName = "model.safetensors"
+	IndexFileName  = "model.safetensors.index.json"
+	ConfigFileName = "config.json"
+)
+
+// Model is an opened safetensors checkpoint. Its tensors are read-only views
+// into memory-mapped files: they stay valid until Close, and writing to
+// their Data faults. A Model is safe for concurrent use.
+type Model struct {
+	cfg     *Config
+	tensors map[string]*entry // by the file's own name
+	canon   map[string]*entry // by canonical name
+	release []func() error
+}
+
+// entry is one tensor of an opened file.
+type entry struct {
+	rawEntry
+	file  string // base name of the file that holds it
+	data  []byte
+	info  dtypeInfo
+	canon string // canonical name, "" if nameTable does not know it
+}
+
+// TensorInfo describes one tensor of the files, whether or not the engine
+// can use its dtype.
+type TensorInfo struct {
+	Name      string // the name in the file
+	Canonical string // the canonical GGUF name Lookup serves it under, or ""
+	DType     string // the safetensors dtype, e.g. "BF16"
+	Shape     []int
+	File      string // base name of the file that holds it
+}
+
+// Open opens a safetensors checkpoint. path may be a .safetensors file, an
+// index (*.index.json), or a folder holding model.safetensors.index.json
+// with its shards or model.safetensors. config.json next to the files is
+// read if present; then every tensor the name table knows must have the
+// shape it implies.
+func Open(path string) (*Model, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	dir := filepath.Dir(path)
+	m := &Model{tensors: make(map[string]*entry), canon: make(map[string]*entry)}
+	ok := false
+	defer func() {
+		if !ok {
+			m.Close()
+		}
+	}()
+	switch {
+	case st.IsDir():
+		dir = path
+		if exists(filepath.Join(dir, IndexFileName)) {
+			err = m.openIndex(filepath.Join(dir, IndexFileName))
+		} else if exists(filepath.Join(dir, SingleFileName)) {
+			err = m.openSingle(filepath.Join(dir, SingleFileName))
+		} else {
+			err = fmt.Errorf("%s holds neither %s nor %s", dir, IndexFileName, SingleFileName)
+		}
+	case strings.HasSuffix(path, ".index.json"):
+		err = m.openIndex(path)
+	default:
+		err = m.openSingle(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	if cfgPath := filepath.Join(dir, ConfigFileName); exists(cfgPath) {
+		if m.cfg, err = LoadConfig(cfgPath); err != nil {
+			return nil, fmt.Errorf("safetensors: %w", err)
+		}
+	}
+	if err := m.mapNames(); err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	ok = true
+	return m, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// openFile maps and validates one safetensors file.
+func (m *Model) openFile(path string) ([]*entry, error) {
+	data, release, err := mapFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m.release = append(m.release, release)
+	raw, start, _, err := parseHeader(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	base := filepath.Base(path)
+	out := make([]*entry, len(raw))
+	for i, r := range raw {
+		out[i] = &entry{
+			rawEntry: r,
+			file:     base,
+			data:     data[start+r.Begin : start+r.End : start+r.End],
+			info:     dtypes[r.DType],
+		}
+	}
+	return out, nil
+}
+
+func (m *Model) openSingle(path string) error {
+	entries, err := m.openFile(path)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		m.tensors[e.Name] = e
+	}
+	return nil
+}
+
+// openIndex opens the shards an index names and takes each tensor from the
+// shard its weight_map gives: HF's size-based sharding cuts through layers,
+// and a tensor found in another shard than the index says is not used.
+func (m *Model) openIndex(path string) error {
+	data, err := readSmallFile(path)
+	if err != nil {
+		return err
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(data, &idx); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return fmt.Errorf("%s: empty or missing weight_map", path)
+	}
+	dir := filepath.Dir(path)
+	shards := make(map[string]map[string]*entry)
+	names := make([]string, 0, len(idx.WeightMap))
+	for name := range idx.WeightMap {
+		names = append(names, name)
+	}
+	sort.Strings(names) // deterministic errors
+	for _, name := range names {
+		shard := idx.WeightMap[name]
+		// The index is data from the download: it must not name files
+		// outside the model's folder.
+		if shard == "" || shard == "." || shard == ".." || filepath.Base(shard) != shard || strings.ContainsAny(shard, `/\`) {
+			return fmt.Errorf("%s: tensor %q names shard %q, which is not a file name in %s", path, name, shard, dir)
+		}
+		byName, ok := shards[shard]
+		if !ok {
+			entries, err := m.openFile(filepath.Join(dir, shard))
+			if err != nil {
+				return err
+			}
+			byName = make(map[string]*entry, len(entries))
+			for _, e := range entries {
+				byName[e.Name] = e
+			}
+			shards[shard] = byName
+		}
+		e, ok := byName[name]
+		if !ok {
+			return fmt.Errorf("%s: weight_map puts %q in %s, which has no such tensor", path, name, shard)
+		}
+		m.tensors[name] = e
+	}
+	return nil
+}
+
+// mapNames gives each tensor its canonical name and, with a config, checks
+// the shape that name implies.
+func (m *Model) mapNames() error {
+	for _, raw := range slices.Sorted(maps.Keys(m.tensors)) {
+		e := m.tensors[raw]
+		cn, ok := canonical(raw)
+		if !ok {
+			continue
+		}
+		if cn.name == "output.weight" && m.cfg != nil && m.cfg.TieWordEmbeddings {
+			continue // transformers ignores lm_head when embeddings are tied
+		}
+		if prev, dup := m.canon[cn.name]; dup {
+			return fmt.Errorf("tensors %q and %q both map to %s", prev.Name, raw, cn.name)
+		}
+		if c := m.cfg; c != nil {
+			if cn.layer >= c.NumLayers {
+				return fmt.Errorf("tensor %q is for layer %d, but config.json has %d layers", raw, cn.layer, c.NumLayers)
+			}
+			if cn.expert >= c.NumExperts {
+				return fmt.Errorf("tensor %q is for expert %d, but config.json has %d experts", raw, cn.expert, c.NumExperts)
+			}
+			if want := cn.row.shape(c); !slices.Equal(want, e.Shape) {
+				return fmt.Errorf("tensor %q (%s) has shape %v, config.json implies %v", raw, cn.name, e.Shape, want)
+			}
+		}
+		e.canon = cn.name
+		m.canon[cn.name] = e
+	}
+	return nil
+}
+
+// Config returns the parsed config.json, or nil if there was none.
+func (m *Model) Config() *Config { return m.cfg }
+
+// Lookup returns the tensor with the given canonical GGUF name (see
+// nameTable), or false if the files have none or its dtype is one the
+// engine does not compute with; Tensor says which.
+func (m *Model) Lookup(name string) (*tensor.Tensor, bool) {
+	t, err := m.Tensor(name)
+	return t, err == nil
+}
+
+// Tensor is Lookup with an error that says why a tensor is unavailable.
+func (m *Model) Tensor(name string) (*tensor.Tensor, error) {
+	e, ok := m.canon[name]
+	if !ok {
+		return nil, fmt.Errorf("safetensors: no tensor maps to %q", name)
+	}
+	return e.tensor(name)
+}
+
+// Raw returns a tensor by the name it has in the files.
+func (m *Model) Raw(name string) (*tensor.Tensor, error) {
+	e, ok := m.tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("safetensors: no tensor %q", name)
+	}
+	return e.tensor(name)
+}
+
+// tensor wraps the entry's bytes. Each call returns a fresh Tensor (with its
+// own Shape) so that callers cannot change what others see.
+func (e *entry) tensor(name string) (*tensor.Tensor, error) {
+	if !e.info.usable {
+		return nil, fmt.Errorf("safetensors: tensor %q in %s has dtype %s, which the engine does not compute with (F32, F16, BF16, I8)", e.Name, e.file, e.DType)
+	}
+	return &tensor.Tensor{
+		Name:  name,
+		Type:  e.info.typ,
+		Shape: slices.Clone(e.Shape),
+		Data:  e.data,
+	}, nil
+}
+
+// Names returns the canonical names Lookup serves, sorted. Tensors with an
+// unusable dtype are included: Lookup refuses them.
+func (m *Model) Names() []string {
+	return slices.Sorted(maps.Keys(m.canon))
+}
+
+// Tensors describes every tensor of the files (those the index selects, for
+// a sharded checkpoint), sorted by name.
+func (m *Model) Tensors() []TensorInfo {
+	out := make([]TensorInfo, 0, len(m.tensors))
+	for _, e := range m.tensors {
+		out = append(out, TensorInfo{Name: e.Name, Canonical: e.canon, DType: e.DType, Shape: slices.Clone(e.Shape), File: e.file})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Close unmaps the files. Tensors obtained from m must not be used after.
+func (m *Model) Close() error {
+	var errs []error
+	for _, r := range m.release {
+		errs = append(errs, r())
+	}
+	m.release = nil
+	m.tensors, m.canon = nil, nil
+	return errors.Join(errs...)
+}

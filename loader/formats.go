@@ -1,0 +1,143 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/grok-go/grok/formats/safetensors"
+	"github.com/grok-go/grok/formats/xaickpt"
+	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tensor"
+)
+
+// detectDir tells which format a folder holds.
+func detectDir(dir string) string {
+	exists := func(p string) bool { _, err := os.Stat(filepath.Join(dir, p)); return err == nil }
+	switch {
+	case exists("ckpt-0") || filepath.Base(filepath.Clean(dir)) == "ckpt-0":
+		return "xai"
+	case exists(safetensors.IndexFileName) || exists(safetensors.SingleFileName):
+		return "safetensors"
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.safetensors")); len(m) > 0 {
+		return "safetensors"
+	}
+	return ""
+}
+
+func openXAI(dir string, opt Options) (*Model, error) {
+	ck, err := xaickpt.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	xc := ck.Config()
+	cfg := model.Config{
+		VocabSize: xc.VocabSize, EmbSize: xc.EmbSize, KeySize: xc.KeySize,
+		NumQHeads: xc.NumQHeads, NumKVHeads: xc.NumKVHeads, NumLayers: xc.NumLayers,
+		FFNSize: xc.FFNSize, NumExperts: xc.NumExperts, NumSelectedExperts: xc.NumSelectedExperts,
+		AttnOutputMultiplier:     float32(xc.AttnOutputMultiplier),
+		EmbeddingMultiplierScale: float32(xc.EmbeddingMultiplierScale),
+		OutputMultiplierScale:    float32(xc.OutputMultiplierScale),
+		AttnLogitCap:             30, // model.py 864: hard-coded
+		PadToken:                 xc.PadToken, EOSToken: xc.EOSToken, SequenceLen: xc.SequenceLen,
+		RopeBase: float32(xc.RopeBase), RMSEps: float32(xc.RMSEps),
+	}
+	if opt.Preset != "" && ck.Preset() {
+		p, ok := model.Presets[opt.Preset]
+		if !ok {
+			ck.Close()
+			return nil, fmt.Errorf("loader: unknown preset %q", opt.Preset)
+		}
+		cfg = p()
+	}
+	lm, err := model.New(cfg, ck)
+	if err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	m := &Model{LanguageModel: lm, Format: "xai", Path: dir, closers: []ioCloser{ck}}
+	for _, p := range ck.Params() {
+		if t, ok := ck.Lookup(p.Name); ok {
+			m.tensors = append(m.tensors, describe(p.Name+" ("+p.File+")", t))
+		}
+	}
+	// The tokenizer is not in ckpt-0/: look next to config.json, then in
+	// the parent folder (xai-org/grok-1's layout), or take the flag.
+	ckdir := ck.Dir()
+	m.Tokenizer, err = findTokenizer(opt.Tokenizer, filepath.Dir(ckdir), filepath.Dir(filepath.Dir(ckdir)), dir)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func openSafetensors(path string, opt Options) (*Model, error) {
+	st, err := safetensors.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	sc := st.Config()
+	if sc == nil {
+		st.Close()
+		return nil, fmt.Errorf("%s: safetensors without config.json: the model's hyperparameters are unknown", path)
+	}
+	cfg := model.Config{
+		VocabSize: sc.VocabSize, EmbSize: sc.EmbSize, KeySize: sc.KeySize,
+		NumQHeads: sc.NumQHeads, NumKVHeads: sc.NumKVHeads, NumLayers: sc.NumLayers,
+		FFNSize: sc.FFNSize, NumExperts: sc.NumExperts, NumSelectedExperts: sc.NumSelectedExperts,
+		AttnOutputMultiplier:     float32(sc.AttnOutputMultiplier),
+		EmbeddingMultiplierScale: float32(sc.EmbeddingMultiplierScale),
+		OutputMultiplierScale:    float32(sc.OutputMultiplierScale),
+		AttnLogitCap:             float32(sc.MaxAttnValue),
+		PadToken:                 sc.PadToken, EOSToken: sc.EOSToken, SequenceLen: sc.SequenceLen,
+		RopeBase: float32(sc.RopeBase), RMSEps: float32(sc.RMSEps),
+	}
+	if math.IsNaN(float64(cfg.AttnLogitCap)) {
+		cfg.AttnLogitCap = 30
+	}
+	lm, err := model.New(cfg, st)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	m := &Model{LanguageModel: lm, Format: "safetensors", Path: path, closers: []ioCloser{st}}
+	if len(sc.Defaulted) > 0 {
+		m.Warnings = append(m.Warnings, "config.json lacks "+strings.Join(sc.Defaulted, ", ")+": defaults used")
+	}
+	for _, ti := range st.Tensors() {
+		if ti.Canonical == "" {
+			continue
+		}
+		if t, ok := st.Lookup(ti.Canonical); ok {
+			m.tensors = append(m.tensors, describe(ti.Name, t))
+		}
+	}
+	dir := path
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		dir = filepath.Dir(path)
+	}
+	if m.Tokenizer, err = findTokenizer(opt.Tokenizer, dir); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func describe(name string, t *tensor.Tensor) TensorDesc {
+	d := TensorDesc{Name: name, Type: t.Type.String(), Shape: t.Shape, Bytes: int64(len(t.Data))}
+	if t.Transposed {
+		d.Type += " [in,out]"
+	}
+	if t.Scales != nil {
+		d.Type += fmt.Sprintf(" scales %v%v", t.Scales.Type, t.Scales.Shape)
+		d.Bytes += int64(len(t.Scales.Data))
+	}
+	return d
+}
+
+var errNoFormat = errors.New("no model format recognised")
