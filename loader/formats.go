@@ -59,7 +59,7 @@ func openXAI(dir string, opt Options) (*Model, error) {
 		ck.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	m := &Model{LanguageModel: lm, Format: "xai", Path: dir, closers: []ioCloser{ck}}
+	m := &Model{LanguageModel: lm, Format: "xai", Path: dir, Source: ck, closers: []ioCloser{ck}}
 	for _, p := range ck.Params() {
 		if t, ok := ck.Lookup(p.Name); ok {
 			m.tensors = append(m.tensors, describe(p.Name+" ("+p.File+")", t))
@@ -105,7 +105,7 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 		st.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	m := &Model{LanguageModel: lm, Format: "safetensors", Path: path, closers: []ioCloser{st}}
+	m := &Model{LanguageModel: lm, Format: "safetensors", Path: path, Source: st, closers: []ioCloser{st}}
 	if len(sc.Defaulted) > 0 {
 		m.Warnings = append(m.Warnings, "config.json lacks "+strings.Join(sc.Defaulted, ", ")+": defaults used")
 	}

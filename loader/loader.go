@@ -32,6 +32,9 @@ type Model struct {
 	Format string // "gguf", "xai", "safetensors"
 	Path   string
 	GGUF   *gguf.File // set for GGUF models (metadata, tensor table)
+	// Source serves the file's tensors under the canonical (GGUF) names of
+	// model.TensorSource, for conversion.
+	Source model.TensorSource
 	// Tokenizer is the model's tokenizer: embedded in a GGUF, or a
 	// tokenizer.model given in Options or found next to the model; nil if none.
 	Tokenizer *tokenizer.Tokenizer
@@ -128,7 +131,7 @@ func fromGGUF(f *gguf.File, path string) (*Model, error) {
 	if tok != nil && tok.VocabSize() > cfg.VocabSize {
 		return nil, fmt.Errorf("%s: the tokenizer has %d pieces but the model only %d", path, tok.VocabSize(), cfg.VocabSize)
 	}
-	return &Model{LanguageModel: lm, Format: "gguf", Path: path, GGUF: f, Tokenizer: tok}, nil
+	return &Model{LanguageModel: lm, Format: "gguf", Path: path, GGUF: f, Source: ggufSource{f}, Tokenizer: tok}, nil
 }
 
 // TensorDesc describes one tensor of a model file for `grok inspect`.

@@ -2,8 +2,9 @@ package sampler
 
 import "math/bits"
 
-// The filters find their threshold by quickselect instead of sorting the
-// whole vocabulary: a three-way partition of the candidates around a pivot
+// The filters find their threshold without sorting the whole vocabulary.
+// Top-k up to maxHeapK uses a k-element heap. The nucleus (and larger top-k)
+// use quickselect: a three-way partition of the candidates around a pivot
 // logit into [greater | equal | less], then a descent into the one part that
 // holds the threshold. Expected cost is linear in the number of candidates,
 // ties cost nothing extra (they all land in the "equal" part), and a depth

@@ -35,7 +35,7 @@ type rawField struct {
 	b   []byte
 }
 
-func parseRaw(t *testing.T, data []byte) []rawField {
+func parseRaw(t testing.TB, data []byte) []rawField {
 	t.Helper()
 	var out []rawField
 	err := forEachField(data, func(f field) error {
@@ -68,14 +68,14 @@ func serializeRaw(fields []rawField) []byte {
 
 // setVarint replaces every occurrence of field num of msg by one varint
 // field at the end.
-func setVarint(t *testing.T, msg []byte, num protowire.Number, v uint64) []byte {
+func setVarint(t testing.TB, msg []byte, num protowire.Number, v uint64) []byte {
 	fields := slices.DeleteFunc(parseRaw(t, msg), func(f rawField) bool { return f.num == num })
 	return serializeRaw(append(fields, rawField{num: num, typ: protowire.VarintType, v: v}))
 }
 
 // variantModel edits a serialized ModelProto with the rules of variant()
 // in testdata/reference/gen_reference.py.
-func variantModel(t *testing.T, base []byte, name string) []byte {
+func variantModel(t testing.TB, base []byte, name string) []byte {
 	t.Helper()
 	var out []rawField
 	pieces := 0
