@@ -69,6 +69,9 @@ func openXAI(dir string, opt Options) (*Model, error) {
 	// the parent folder (xai-org/grok-1's layout), or take the flag.
 	ckdir := ck.Dir()
 	m.Tokenizer, err = findTokenizer(opt.Tokenizer, filepath.Dir(ckdir), filepath.Dir(filepath.Dir(ckdir)), dir)
+	if err == nil {
+		err = checkVocab(m)
+	}
 	if err != nil {
 		m.Close()
 		return nil, err
@@ -106,8 +109,16 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	m := &Model{LanguageModel: lm, Format: "safetensors", Path: path, Source: st, closers: []ioCloser{st}}
-	if len(sc.Defaulted) > 0 {
-		m.Warnings = append(m.Warnings, "config.json lacks "+strings.Join(sc.Defaulted, ", ")+": defaults used")
+	// rope_theta is absent from hpcai-tech's config by design (its code
+	// hard-codes 10000, as model.py does); anything else missing deserves a word.
+	var missing []string
+	for _, k := range sc.Defaulted {
+		if k != "rope_theta" {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		m.Warnings = append(m.Warnings, "config.json lacks "+strings.Join(missing, ", ")+": defaults used")
 	}
 	for _, ti := range st.Tensors() {
 		if ti.Canonical == "" {
@@ -121,11 +132,23 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
 		dir = filepath.Dir(path)
 	}
-	if m.Tokenizer, err = findTokenizer(opt.Tokenizer, dir); err != nil {
+	if m.Tokenizer, err = findTokenizer(opt.Tokenizer, dir); err == nil {
+		err = checkVocab(m)
+	}
+	if err != nil {
 		m.Close()
 		return nil, err
 	}
 	return m, nil
+}
+
+// checkVocab refuses a tokenizer that can produce ids the model has no
+// embedding for.
+func checkVocab(m *Model) error {
+	if m.Tokenizer != nil && m.Tokenizer.VocabSize() > m.Config.VocabSize {
+		return fmt.Errorf("%s: the tokenizer has %d pieces but the model only %d", m.Path, m.Tokenizer.VocabSize(), m.Config.VocabSize)
+	}
+	return nil
 }
 
 func describe(name string, t *tensor.Tensor) TensorDesc {

@@ -90,7 +90,9 @@ func Open(path string, opt Options) (*Model, error) {
 		}
 		m, err := fromGGUF(f, path)
 		if err == nil && opt.Tokenizer != "" {
-			m.Tokenizer, err = tokenizer.Load(opt.Tokenizer)
+			if m.Tokenizer, err = tokenizer.Load(opt.Tokenizer); err == nil {
+				err = checkVocab(m)
+			}
 		}
 		if err != nil {
 			f.Close()

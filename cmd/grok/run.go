@@ -83,11 +83,46 @@ func (g *genFlags) request(prompt []int) runner.Request {
 }
 
 // openModelOrDefault opens -m, or the embedded demo model when it is empty.
+// When stderr is a terminal it says what it is loading and how long it took:
+// weights are memory-mapped, so a large model's pages arrive lazily and the
+// first tokens can be slow; the line tells the user why.
 func openModelOrDefault(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
 	if *mf.path == "" {
 		return loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
 	}
-	return mf.open(stderr)
+	tty := isTerminal(stderr)
+	start := time.Now()
+	if tty {
+		fmt.Fprintf(stderr, "loading %s ...", *mf.path)
+	}
+	m, err := mf.open(stderr)
+	if tty {
+		if err != nil {
+			fmt.Fprintln(stderr, " failed")
+		} else {
+			var bytes int64
+			for _, t := range m.Tensors() {
+				bytes += t.Bytes
+			}
+			fmt.Fprintf(stderr, " %.1f MB of weights mapped in %v\n", float64(bytes)/1e6, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	if err == nil {
+		for _, w := range m.Warnings {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+	}
+	return m, err
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
