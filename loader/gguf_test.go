@@ -1,0 +1,98 @@
+package loader
+
+import (
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/grok-go/grok/formats/gguf"
+)
+
+// rewrite copies the golden GGUF with edits: metadata values replaced or
+// dropped (nil), and tensors replaced by a Q4_K stand-in or dropped.
+func rewrite(t *testing.T, kv map[string]any, q4k, drop string) string {
+	t.Helper()
+	src, err := gguf.Open(filepath.Join(goldenDir, "grok-tiny.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w := gguf.NewWriter()
+	seen := map[string]bool{}
+	for _, p := range src.Metadata {
+		seen[p.Key] = true
+		if v, ok := kv[p.Key]; ok {
+			if v != nil {
+				w.AddKV(p.Key, v)
+			}
+			continue
+		}
+		w.AddKV(p.Key, p.Value)
+	}
+	for k, v := range kv {
+		if !seen[k] && v != nil {
+			w.AddKV(k, v)
+		}
+	}
+	for _, ti := range src.Tensors {
+		switch ti.Name {
+		case drop:
+			continue
+		case q4k:
+			n := int64(1)
+			for _, d := range ti.Dims {
+				n *= d
+			}
+			blocks := n / 256
+			w.AddGGMLTensor(ti.Name, gguf.GGMLTypeQ4_K, []int64{256, blocks}, blocks*144, func(w io.Writer) error {
+				_, err := w.Write(make([]byte, blocks*144))
+				return err
+			})
+			continue
+		}
+		data, _ := src.TensorBytes(ti.Name)
+		w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(w io.Writer) error {
+			_, err := w.Write(data)
+			return err
+		})
+	}
+	out := filepath.Join(t.TempDir(), "m.gguf")
+	if err := w.WriteFile(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Files that parse as GGUF but cannot make a model fail with an error that
+// names the problem.
+func TestGGUFModelErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		kv        map[string]any
+		q4k, drop string
+		want      string
+	}{
+		{"unsupported dtype", nil, "blk.0.attn_q.weight", "", "Q4_K is not supported"},
+		{"missing tensor", nil, "", "blk.1.ffn_up_exps.weight", `missing tensor "blk.1.ffn_up.0.weight"`},
+		{"wrong architecture", map[string]any{"general.architecture": "llama"}, "", "", `"llama"; this engine runs arch "grok"`},
+		{"missing block count", map[string]any{"grok.block_count": nil}, "", "", "grok.block_count"},
+		{"heads not divisible", map[string]any{"grok.attention.head_count_kv": uint32(3)}, "", "", "not divisible"},
+		{"top-k over experts", map[string]any{"grok.expert_used_count": uint32(5)}, "", "", "num_selected_experts"},
+		{"shape disagrees with config", map[string]any{"grok.embedding_length": uint32(64)}, "", "", "has shape"},
+		{"final softcap", map[string]any{"grok.final_logit_softcapping": float32(30)}, "", "", "final_logit_softcapping"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Open(rewrite(t, tc.kv, tc.q4k, tc.drop), Options{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+	// The untouched copy loads.
+	m, err := Open(rewrite(t, nil, "", ""), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+}
