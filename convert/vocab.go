@@ -1,0 +1,121 @@
+package convert
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tokenizer"
+)
+
+// LoadVocab reads a vocabulary to embed: a SentencePiece tokenizer.model,
+// or any GGUF file with a "llama" vocabulary (tokenizer.ggml.*), whose
+// pieces, scores, types, special ids and add_space_prefix are taken over.
+func LoadVocab(path string) (*tokenizer.Tokenizer, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	magic := make([]byte, 4)
+	_, err = io.ReadFull(f, magic)
+	f.Close()
+	if err != nil || string(magic) != gguf.Magic {
+		return tokenizer.Load(path)
+	}
+	g, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close() // metadata is copied out of the mapping by the parser
+	kind, _ := g.String("tokenizer.ggml.model")
+	if kind != "llama" {
+		return nil, fmt.Errorf("%s: tokenizer.ggml.model is %q; only a SentencePiece (\"llama\") vocabulary can be embedded", path, kind)
+	}
+	tokens, ok := g.Strings("tokenizer.ggml.tokens")
+	if !ok {
+		return nil, fmt.Errorf("%s: tokenizer.ggml.tokens is missing", path)
+	}
+	scores, _ := g.Float32s("tokenizer.ggml.scores")
+	types, _ := g.Int32s("tokenizer.ggml.token_type")
+	id := func(key string) int {
+		if v, ok := g.Int("tokenizer.ggml." + key); ok && v >= 0 && v < int64(len(tokens)) {
+			return int(v)
+		}
+		return -1
+	}
+	prefix := true
+	if v, ok := g.Bool("tokenizer.ggml.add_space_prefix"); ok {
+		prefix = v
+	}
+	t, err := tokenizer.FromGGUFVocab(tokens, scores, types, id("bos_token_id"), id("eos_token_id"),
+		id("unknown_token_id"), id("padding_token_id"), prefix)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// vocabKVs are the tokenizer.ggml.* keys of semantics §9 for tok, padded to
+// the model's vocabulary size as llama.cpp's converter pads a SentencePiece
+// vocabulary (llama.cpp requires as many tokens as embedding rows). The
+// padding and EOS ids are the model's (model.py's pad_token masks keys, and
+// the loader reads both back into the config). Without a tokenizer the file
+// gets llama.cpp's minimal vocabulary, tokenizer.ggml.model "none".
+func (j *job) vocabKVs(tok *tokenizer.Tokenizer, c *model.Config) ([]kv, error) {
+	u := func(v int) uint32 { return uint32(v) }
+	if tok == nil {
+		j.warnf("no tokenizer: the file gets tokenizer.ggml.model \"none\" (ids only); give --tokenizer tokenizer.model to embed one")
+		return []kv{
+			{"tokenizer.ggml.model", "none"},
+			{"tokenizer.ggml.eos_token_id", u(c.EOSToken)},
+			{"tokenizer.ggml.padding_token_id", u(c.PadToken)},
+		}, nil
+	}
+	n := tok.VocabSize()
+	if n > c.VocabSize {
+		return nil, fmt.Errorf("the tokenizer has %d pieces, more than the model's vocabulary of %d", n, c.VocabSize)
+	}
+	tokens := make([]string, c.VocabSize)
+	scores := make([]float32, c.VocabSize)
+	types := make([]int32, c.VocabSize)
+	for i := 0; i < n; i++ {
+		tokens[i], scores[i], types[i] = tok.Piece(i), tok.Score(i), tok.TokenType(i)
+	}
+	if n < c.VocabSize {
+		j.warnf("the tokenizer has %d pieces, the model %d: padded with [PAD1]…[PAD%d] (unused)", n, c.VocabSize, c.VocabSize-n)
+		for i := n; i < c.VocabSize; i++ {
+			tokens[i], scores[i], types[i] = fmt.Sprintf("[PAD%d]", i-n+1), -1000, 5
+		}
+	}
+	if !tok.PlainNormalizer() {
+		j.warnf("the tokenizer's normalizer (character map or whitespace folding) cannot be stored in GGUF: some text will encode differently")
+	}
+	if e := tok.EOS(); e >= 0 && e != c.EOSToken {
+		j.warnf("the tokenizer's EOS is %d, the model's eos_token %d: writing the model's", e, c.EOSToken)
+	}
+	if p := tok.PAD(); p >= 0 && p != c.PadToken {
+		j.warnf("the tokenizer's padding id is %d, the model's pad_token %d: writing the model's", p, c.PadToken)
+	}
+	kvs := []kv{
+		{"tokenizer.ggml.model", "llama"},
+		{"tokenizer.ggml.tokens", tokens},
+		{"tokenizer.ggml.scores", scores},
+		{"tokenizer.ggml.token_type", types},
+	}
+	if b := tok.BOS(); b >= 0 {
+		kvs = append(kvs, kv{"tokenizer.ggml.bos_token_id", u(b)})
+	}
+	kvs = append(kvs, kv{"tokenizer.ggml.eos_token_id", u(c.EOSToken)})
+	if k := tok.UNK(); k >= 0 {
+		kvs = append(kvs, kv{"tokenizer.ggml.unknown_token_id", u(k)})
+	}
+	return append(kvs,
+		kv{"tokenizer.ggml.padding_token_id", u(c.PadToken)},
+		// runners.py never adds BOS or EOS (semantics §7.10).
+		kv{"tokenizer.ggml.add_bos_token", false},
+		kv{"tokenizer.ggml.add_eos_token", false},
+		kv{"tokenizer.ggml.add_space_prefix", tok.AddSpacePrefix()},
+	), nil
+}
