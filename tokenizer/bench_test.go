@@ -80,3 +80,28 @@ func BenchmarkEncode(b *testing.B) {
 		}
 	})
 }
+
+func BenchmarkLoad(b *testing.B) {
+	data, err := os.ReadFile(grok1Model)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := FromModelProto(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	tok := grok1(b)
+	text := benchText()
+	ids := tok.Encode(text)
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if _, err := tok.Decode(ids); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -69,8 +69,8 @@ func (d *StreamDecoder) Add(id int) (string, error) {
 
 // Flush returns the text held back: U+FFFD for each byte of an
 // unfinished byte-fallback sequence. Ids added after Flush continue the
-// same text (a leading space is not dropped again), as if a control id had
-// separated them.
+// same text, as if a control id had come between them; use Reset to start
+// a new one.
 func (d *StreamDecoder) Flush() string {
 	d.buf = d.st.flush(d.buf[:0])
 	return string(d.buf)
@@ -103,19 +103,31 @@ func (d *decoderState) add(t *Tokenizer, dst []byte, id int) ([]byte, error) {
 		d.bosWS = false
 	}
 	d.bosSeen = false
-	s := t.surface[cid]
 	switch t.types[cid] {
-	case typeControl, typeUnknown:
-	default:
-		if d.bosWS && (t.addDummyPrefix || t.removeExtraWS) && strings.HasPrefix(t.pieces[cid], spaceSymbol) {
-			s = s[1:] // the ▁ became a single ' ' in the surface
-			d.bosSeen = !t.removeExtraWS
-		}
+	case typeControl:
+		return dst, nil
+	case typeUnknown:
+		d.nonEmpty = d.nonEmpty || t.unkSurface != ""
+		return append(dst, t.unkSurface...), nil
 	}
-	if s != "" {
+	p := t.pieces[cid]
+	if d.bosWS && (t.addDummyPrefix || t.removeExtraWS) && strings.HasPrefix(p, spaceSymbol) {
+		p = p[len(spaceSymbol):]
+		d.bosSeen = !t.removeExtraWS
+	}
+	if p != "" {
 		d.nonEmpty = true
 	}
-	return append(dst, s...), nil
+	// ▁ becomes a space.
+	for {
+		i := strings.Index(p, spaceSymbol)
+		if i < 0 {
+			return append(dst, p...), nil
+		}
+		dst = append(dst, p[:i]...)
+		dst = append(dst, ' ')
+		p = p[i+len(spaceSymbol):]
+	}
 }
 
 // flush ends the current byte run.

@@ -1,6 +1,9 @@
 package tokenizer
 
-import "strings"
+import (
+	"math"
+	"strings"
+)
 
 // Encoding follows SentencePiece's bpe_model.cc (Model::SampleEncode with
 // no dropout), fed by the normalizer:
@@ -35,14 +38,6 @@ import "strings"
 //     SentencePiece's resegmentation table (rev_merge) is shared by the
 //     whole text and depends on the global order of queue insertions.
 
-// mergeTarget is the piece formed by merging a pair.
-type mergeTarget struct {
-	id    int32
-	score float32
-}
-
-func pairKey(l, r int32) uint64 { return uint64(uint32(l))<<32 | uint64(uint32(r)) }
-
 // symbol is one node of the doubly linked list of symbols of a segment.
 type symbol struct {
 	start, size int32 // byte span in the normalized text; size 0 once merged away
@@ -51,13 +46,33 @@ type symbol struct {
 	frozen      bool
 }
 
-// pair is a queued candidate merge of symbols left and right.
+// pair is a queued candidate merge of symbol left with its right
+// neighbour. The right symbol is not stored: if it is no longer the
+// neighbour it was, the lengths no longer add up (see bpe).
 type pair struct {
-	score       float32
-	left, right int32
-	size        int32 // byte length of the merged piece, to detect stale pairs
-	id          int32 // merge id of the merged piece
+	order uint64 // priority: larger first; see pairOrder
+	size  int32  // byte length of the merged piece, to detect stale pairs
+	id    int32  // merge id of the merged piece
 }
+
+// pairOrder packs SentencePiece's SymbolPairComparator (higher score
+// first, then the leftmost pair) into one integer, larger first: the
+// score mapped to an order-preserving uint32 in the high half, the
+// complement of the left index in the low half.
+func pairOrder(score float32, left int32) uint64 {
+	b := math.Float32bits(score)
+	if b == 1<<31 {
+		b = 0 // -0 == +0, as for the C++ comparison
+	}
+	if b&(1<<31) != 0 {
+		b = ^b
+	} else {
+		b |= 1 << 31
+	}
+	return uint64(b)<<32 | uint64(^uint32(left))
+}
+
+func (p *pair) left() int32 { return int32(^uint32(p.order)) }
 
 // scratch holds the per-call buffers, recycled through Tokenizer.pool.
 type scratch struct {
@@ -141,35 +156,30 @@ func (t *Tokenizer) buildEncoder() {
 		return newVirtual(s)
 	}
 
-	t.merges = make(map[uint64]mergeTarget, len(t.pieces)*2)
+	t.merges = newPairTable(len(t.pieces) * 2)
 	var joins []int32 // merge ids of characters seen right before a space symbol inside a piece
 	for i, p := range t.pieces {
 		id := int32(i)
-		if p == "" || !mergeable(id) || t.pieceIDs[p] != id {
+		if p == "" || !mergeable(id) || (t.hasDup && t.pieceIDs[p] != id) {
 			continue
 		}
-		for cut := charLenAt(p, 0); cut < len(p); {
-			next := cut + charLenAt(p, cut)
-			l := symbolID(p[:cut])
-			r := symbolID(p[cut:])
-			if l >= 0 && r >= 0 {
-				t.merges[pairKey(l, r)] = mergeTarget{id: id, score: t.scores[id]}
+		// Cut p after each of its characters (as the text would be split
+		// into initial symbols).
+		for prev, cut := 0, charLenAt(p, 0); cut < len(p); prev, cut = cut, cut+charLenAt(p, cut) {
+			if l := symbolID(p[:cut]); l >= 0 {
+				if r := symbolID(p[cut:]); r >= 0 {
+					t.merges.put(pairKey(l, r), id, t.scores[id])
+				}
 			}
 			if strings.HasPrefix(p[cut:], t.spaceSym) {
-				// Find the character just before the cut.
-				k := cut - 1
-				for k > 0 && p[k]&0xC0 == 0x80 && cut-k < 4 {
-					k--
-				}
-				if c := symbolID(p[k:cut]); c >= 0 && charLenAt(p, k) == cut-k {
+				// A character followed by a space symbol inside a piece:
+				// the text may not be cut between the two. (symbolID is
+				// -1 only for a USER_DEFINED character, which is frozen
+				// and so a cut anyway.)
+				if c := symbolID(p[prev:cut]); c >= 0 {
 					joins = append(joins, c)
-				} else {
-					// Not a clean character boundary (invalid UTF-8 in
-					// the piece): give up cutting altogether.
-					t.hasUnused = true
 				}
 			}
-			cut = next
 		}
 	}
 	t.joinsSpace = make([]bool, int(n)+len(t.virtual))
@@ -191,7 +201,7 @@ func (t *Tokenizer) Encode(text string) []int {
 	s.norm = t.normalize(s.norm[:0], text)
 	ids := make([]int, 0, len(s.norm)/3+1)
 	ids = t.encodeNormalized(s, ids)
-	if cap(s.norm) > 1<<20 || cap(s.syms) > 1<<16 || cap(s.heap) > 1<<16 {
+	if cap(s.norm) > 1<<22 || cap(s.syms) > 1<<16 || cap(s.heap) > 1<<16 {
 		// Do not let one huge input pin big buffers in the pool.
 		s = &scratch{}
 	}
@@ -233,13 +243,11 @@ func (t *Tokenizer) encodeNormalized(s *scratch, ids []int) []int {
 		if i+n > len(norm) {
 			n = len(norm) - i
 		}
-		var id int32
+		id := int32(-1)
 		if c := norm[i]; c < 0x80 {
 			id = t.asciiID[c]
 		} else if v, ok := t.charID[string(norm[i:i+n])]; ok {
 			id = v
-		} else {
-			id = -1
 		}
 		if t.segment && len(syms) > 0 && string(norm[i:i+n]) == t.spaceSym {
 			if prev := syms[len(syms)-1].id; prev < 0 || !t.joinsSpace[prev] {
@@ -276,22 +284,29 @@ func (t *Tokenizer) bpe(s *scratch, norm []byte, syms []symbol, ids []int) []int
 	for len(h) > 0 {
 		top := h[0]
 		h = heapPop(h)
-		l, r := &syms[top.left], &syms[top.right]
+		li := top.left()
+		l := &syms[li]
 		// Skip pairs whose symbols have changed since they were queued,
 		// with SentencePiece's test: either is gone, or the lengths no
-		// longer add up.
-		if l.size == 0 || r.size == 0 || l.size+r.size != top.size {
+		// longer add up. (A symbol only grows by absorbing its right
+		// neighbour, which then is gone, so the test also catches a
+		// changed neighbour.)
+		if l.size == 0 || l.next < 0 {
+			continue
+		}
+		r := &syms[l.next]
+		if r.size == 0 || l.size+r.size != top.size {
 			continue
 		}
 		l.size += r.size
 		l.id = top.id
 		l.next = r.next
 		if r.next >= 0 {
-			syms[r.next].prev = top.left
+			syms[r.next].prev = li
 		}
 		r.size = 0
-		h = t.addPair(s, h, syms, l.prev, top.left)
-		h = t.addPair(s, h, syms, top.left, l.next)
+		h = t.addPair(s, h, syms, l.prev, li)
+		h = t.addPair(s, h, syms, li, l.next)
 	}
 	s.heap = h[:0]
 
@@ -311,8 +326,8 @@ func (t *Tokenizer) addPair(s *scratch, h []pair, syms []symbol, l, r int32) []p
 	if sl.frozen || sr.frozen || sl.id < 0 || sr.id < 0 {
 		return h
 	}
-	m, ok := t.merges[pairKey(sl.id, sr.id)]
-	if !ok {
+	m := t.merges.get(pairKey(sl.id, sr.id))
+	if m == nil {
 		return h
 	}
 	if t.hasUnused && t.types[m.id] == typeUnused {
@@ -320,7 +335,7 @@ func (t *Tokenizer) addPair(s *scratch, h []pair, syms []symbol, l, r int32) []p
 		// UNUSED piece is how it is split again at the end.
 		s.rev[m.id] = [2]int32{sl.id, sr.id}
 	}
-	return heapPush(h, pair{score: m.score, left: l, right: r, size: sl.size + sr.size, id: m.id})
+	return heapPush(h, pair{order: pairOrder(m.score, l), size: sl.size + sr.size, id: m.id})
 }
 
 // emit appends the ids for a final symbol with merge id id and text str.
@@ -367,13 +382,13 @@ func (t *Tokenizer) mergeIDString(id int32) string {
 	return t.virtual[int(id)-len(t.pieces)].str
 }
 
-// heapPush and heapPop keep h a binary max-heap under pairLess.
+// heapPush and heapPop keep h a binary max-heap on pair.order.
 func heapPush(h []pair, p pair) []pair {
 	h = append(h, p)
 	i := len(h) - 1
 	for i > 0 {
 		parent := (i - 1) / 2
-		if !pairBefore(&h[i], &h[parent]) {
+		if h[i].order <= h[parent].order {
 			break
 		}
 		h[i], h[parent] = h[parent], h[i]
@@ -393,20 +408,14 @@ func heapPop(h []pair) []pair {
 			break
 		}
 		best := l
-		if r := l + 1; r < len(h) && pairBefore(&h[r], &h[l]) {
+		if r := l + 1; r < len(h) && h[r].order > h[l].order {
 			best = r
 		}
-		if !pairBefore(&h[best], &h[i]) {
+		if h[best].order <= h[i].order {
 			break
 		}
 		h[i], h[best] = h[best], h[i]
 		i = best
 	}
 	return h
-}
-
-// pairBefore reports whether a is merged before b: SentencePiece's
-// SymbolPairComparator, higher score first and then the leftmost pair.
-func pairBefore(a, b *pair) bool {
-	return a.score > b.score || (a.score == b.score && a.left < b.left)
 }

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"sort"
@@ -259,7 +260,7 @@ func (t *Tokenizer) normalize(dst []byte, in string) []byte {
 		}
 	}
 	if t.removeExtraWS {
-		for len(dst)-start >= len(t.spaceSym) && strings.HasSuffix(string(dst[start:]), t.spaceSym) {
+		for bytes.HasSuffix(dst[start:], []byte(t.spaceSym)) {
 			dst = dst[:len(dst)-len(t.spaceSym)]
 		}
 	}

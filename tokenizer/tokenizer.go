@@ -1,18 +1,34 @@
 // Package tokenizer is a pure-Go SentencePiece BPE tokenizer that
-// reproduces the output of the reference SentencePiece library
-// (sentencepiece_processor.cc, bpe_model.cc, normalizer.cc) for Grok-1's
-// tokenizer.model: the same ids for every input, including invalid UTF-8,
-// and the same decoded text for every id sequence.
+// reproduces the reference SentencePiece library (sentencepiece_processor.cc,
+// bpe_model.cc, normalizer.cc) exactly for Grok-1's tokenizer.model: the
+// same ids for every input, invalid UTF-8 included, and the same text for
+// every id sequence. Encode and Decode behave like Python's
+// SentencePieceProcessor.encode(text) and .decode(ids) called without
+// options, which is how Grok-1's runner uses them (no BOS or EOS is added).
 //
-// A Tokenizer is built from a serialized SentencePiece ModelProto (Load,
-// FromModelProto) or from the vocabulary embedded in a GGUF file
-// (FromGGUFVocab). It is immutable and safe for concurrent use.
+// What the model specifies is honoured: the NormalizerSpec
+// (add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces, and a
+// precompiled_charsmap such as nmt_nfkc when present; Grok-1 uses the
+// identity rules with a dummy prefix and no whitespace collapsing),
+// USER_DEFINED pieces (matched greedily, longest first, and never merged),
+// UNUSED pieces (never output: resegmented), byte fallback (<0xNN> pieces)
+// and the unknown piece and its surface. TrainerSpec options such as
+// split_digits or max_sentencepiece_length only steer training and play no
+// part here, as in SentencePiece. Unigram, word and char models,
+// treat_whitespace_as_suffix and denormalizer rules are not supported and
+// are reported as errors when loading.
+//
+// A Tokenizer is built from a serialized ModelProto (Load, FromModelProto)
+// or from the vocabulary a GGUF file embeds (FromGGUFVocab). It is
+// immutable and safe for concurrent use; StreamDecoder decodes generated
+// ids incrementally.
 package tokenizer
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,8 +49,8 @@ type Tokenizer struct {
 	// id that encoding emits for a symbol of merge id i (< len(pieces)) and
 	// the id whose type decoding looks at.
 	canon     []int32
-	byteValue []int16  // for BYTE pieces the byte value, else -1
-	surface   []string // text of each piece when decoded, ▁ as space
+	byteValue []int16 // for BYTE pieces the byte value, else -1
+	validUTF8 bool    // all pieces (and unk_surface) are valid UTF-8
 
 	unk, bos, eos, pad int
 	unkSurface         string
@@ -45,21 +61,22 @@ type Tokenizer struct {
 	addDummyPrefix bool
 	removeExtraWS  bool
 	escapeWS       bool
-	spaceSym       string // "▁" when escaping whitespace, else " "
-	charsmap       *charsMap
-	fastNormalize  bool
+	spaceSym       string         // "▁" when escaping whitespace, else " "
+	charsmap       *charsMap      // precompiled_charsmap; nil for identity
+	fastNormalize  bool           // normalizeIdentity gives the same result
 	user           *prefixMatcher // USER_DEFINED pieces; nil when none
 
-	// Encoder tables; see buildEncoder.
-	pieceIDs   map[string]int32 // NORMAL, USER_DEFINED, UNUSED pieces
-	reserved   map[string]int32 // CONTROL, UNKNOWN, BYTE pieces
-	asciiID    [utf8.RuneSelf]int32
-	charID     map[string]int32
-	virtual    []virtualSymbol
-	merges     map[uint64]mergeTarget
-	joinsSpace []bool
-	hasUnused  bool
-	segment    bool
+	// Encoder tables; see encode.go.
+	pieceIDs   map[string]int32     // NORMAL, USER_DEFINED, UNUSED pieces
+	reserved   map[string]int32     // CONTROL, UNKNOWN, BYTE pieces
+	asciiID    [utf8.RuneSelf]int32 // merge id of each ASCII character, or -1
+	charID     map[string]int32     // merge id of other characters
+	virtual    []virtualSymbol      // merge ids from len(pieces) on
+	merges     *pairTable           // (left, right) merge ids -> merged piece
+	joinsSpace []bool               // by merge id: the character precedes a space symbol in some piece
+	hasUnused  bool                 // some piece is UNUSED
+	hasDup     bool                 // some piece string occurs twice (GGUF only)
+	segment    bool                 // encode segment by segment
 
 	pool sync.Pool // *scratch
 }
@@ -173,8 +190,8 @@ func FromGGUFVocab(tokens []string, scores []float32, types []int32, bos, eos, u
 		return nil, fmt.Errorf("tokenizer: vocabulary has %d tokens, %d scores and %d types", n, len(scores), len(types))
 	}
 	t := &Tokenizer{
-		pieces:         tokens,
-		scores:         scores,
+		pieces:         slices.Clone(tokens),
+		scores:         slices.Clone(scores),
 		types:          make([]pieceType, n),
 		unkSurface:     " \u2047 ",
 		addDummyPrefix: addSpacePrefix,
@@ -246,6 +263,7 @@ func (t *Tokenizer) initPieces(strict bool) error {
 			if strict {
 				return fmt.Errorf("tokenizer: piece %q is already defined", p)
 			}
+			t.hasDup = true
 		} else {
 			m[p] = int32(i)
 		}
@@ -286,21 +304,13 @@ func (t *Tokenizer) initPieces(strict bool) error {
 		}
 	}
 
+	t.validUTF8 = utf8.ValidString(t.unkSurface)
 	t.canon = make([]int32, n)
-	t.surface = make([]string, n)
 	for i, p := range t.pieces {
 		t.canon[i] = int32(i)
+		t.validUTF8 = t.validUTF8 && utf8.ValidString(p)
 		if p != "" {
 			t.canon[i] = t.pieceToID(p)
-		}
-		switch t.types[i] {
-		case typeControl, typeByte:
-			// Control pieces decode to nothing; byte pieces are decoded in
-			// runs (see decode.go).
-		case typeUnknown:
-			t.surface[i] = t.unkSurface
-		default:
-			t.surface[i] = strings.ReplaceAll(p, spaceSymbol, " ")
 		}
 	}
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/hex"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -144,7 +145,7 @@ func TestGrok1InvalidUTF8(t *testing.T) {
 }
 
 // streamDecode feeds ids one at a time to a StreamDecoder and checks that
-// every chunk is valid UTF-8.
+// every chunk is valid UTF-8 (when the pieces are).
 func streamDecode(tb testing.TB, tok *Tokenizer, ids []int) string {
 	tb.Helper()
 	d := tok.NewDecoder()
@@ -154,13 +155,13 @@ func streamDecode(tb testing.TB, tok *Tokenizer, ids []int) string {
 		if err != nil {
 			tb.Fatalf("Add(%d): %v", id, err)
 		}
-		if !utf8.ValidString(chunk) {
+		if tok.validUTF8 && !utf8.ValidString(chunk) {
 			tb.Fatalf("Add(%d) returned invalid UTF-8 %q", id, chunk)
 		}
 		sb.WriteString(chunk)
 	}
 	chunk := d.Flush()
-	if !utf8.ValidString(chunk) {
+	if tok.validUTF8 && !utf8.ValidString(chunk) {
 		tb.Fatalf("Flush returned invalid UTF-8 %q", chunk)
 	}
 	sb.WriteString(chunk)
@@ -508,4 +509,64 @@ func FuzzEncodeDecode(f *testing.F) {
 			t.Fatalf("Decode(Encode(%q)) = %q (ids %v)", b, got, ids)
 		}
 	})
+}
+
+func TestTinyModel(t *testing.T) {
+	for _, bf := range []bool{false, true} {
+		tok, err := FromModelProto(tinyModel(bf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// "ba" is UNUSED and "12" USER_DEFINED; without byte pieces,
+		// unknown characters become one UNK per run.
+		for _, s := range []string{"abc ab 12 ba", "bab cab", "xyz", "ab\xffba"} {
+			if got, want := tok.Encode(s), naiveEncode(tok, s); !slices.Equal(got, want) {
+				t.Errorf("byteFallback=%v Encode(%q) = %v, naive %v", bf, s, got, want)
+			}
+		}
+	}
+}
+
+func TestPairOrder(t *testing.T) {
+	scores := []float32{-1e9, -2, -1, -0.5, 0, 0.5, 1, 2, 1e9}
+	for i := range scores {
+		for j := range scores {
+			for _, l := range [][2]int32{{0, 1}, {1, 0}, {5, 5}} {
+				a, b := pairOrder(scores[i], l[0]), pairOrder(scores[j], l[1])
+				want := scores[i] > scores[j] || (scores[i] == scores[j] && l[0] < l[1])
+				if got := a > b; got != want {
+					t.Errorf("pairOrder(%v, %d) > pairOrder(%v, %d) = %v", scores[i], l[0], scores[j], l[1], got)
+				}
+			}
+		}
+	}
+	negZero := float32(math.Copysign(0, -1))
+	if pairOrder(negZero, 1) != pairOrder(0, 1) {
+		t.Error("-0 and +0 order differently")
+	}
+}
+
+func TestVocabExport(t *testing.T) {
+	tok := grok1(t)
+	for _, c := range []struct {
+		id    int
+		score float32
+		typ   int32
+	}{
+		{0, 0, 3}, {3, 0, 2}, {4, 0, 4}, {69, 0, 6}, {401, -76, 1}, {-1, 0, 0}, {131072, 0, 0},
+	} {
+		if s, ty := tok.Score(c.id), tok.TokenType(c.id); s != c.score || ty != c.typ {
+			t.Errorf("Score, TokenType(%d) = %v, %d; want %v, %d", c.id, s, ty, c.score, c.typ)
+		}
+	}
+	if !tok.AddSpacePrefix() || !tok.PlainNormalizer() {
+		t.Error("Grok-1 should have a space prefix and a plain normalizer")
+	}
+	nfkc, err := Load("testdata/reference/nfkc.model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nfkc.PlainNormalizer() {
+		t.Error("nmt_nfkc model reported as plain")
+	}
 }
