@@ -1,8 +1,8 @@
 module github.com/grok-go/grok
 
-go 1.26
+go 1.26.0
 
-require google.golang.org/protobuf v1.36.12 // indirect
+require google.golang.org/protobuf v1.36.12
 
 require (
 	github.com/openai/openai-go/v3 v3.98.0

@@ -1,6 +1,62 @@
 package kernels
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
+
+// vecKernels are the SIMD vector functions of one level. RMSNorm, Rope and
+// RopeTables have none: they take well under 1% of a forward pass (profile
+// of the 676M-parameter model, prefill and decode), so they stay pure Go.
+type vecKernels struct {
+	axpy    axpyKernel
+	geluMul geluMulKernel
+	max     maxKernel
+	expSub  expSubKernel
+	scale   scaleKernel
+}
+
+// vecWidth is the float32 lanes of the active level's vectors.
+func (ks *kernelSet) vecWidth() int { return ks.dot[wkF32].E }
+
+// Dot returns Σ a[i]·b[i] over len(a) elements in float32. The SIMD
+// versions keep one partial sum per vector lane and add them pairwise at
+// the end; the pure-Go one (dotRef) keeps four. The results differ by
+// rounding only: both are within n·2^-24·Σ|a[i]·b[i]| of the exact sum.
+func Dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	ks := active
+	if ks == nil || len(a) < ks.vecWidth() {
+		return dotRef(a, b)
+	}
+	fam := &ks.dot[wkF32]
+	var s float32
+	steps := len(a) / fam.E
+	fam.one[0].call((*byte)(unsafe.Pointer(&a[0])), 0, &b[0], 0, steps, &s, 0, nil)
+	for i := steps * fam.E; i < len(a); i++ {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// Axpy computes y += a·x. Every element is one fused or unfused
+// multiply-add of its own, so the SIMD version (fused) differs from the
+// pure-Go one only where the compiler does not fuse: by at most one
+// rounding of a·x[i].
+func Axpy(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	ks := active
+	if ks == nil {
+		axpyRef(y, a, x)
+		return
+	}
+	V := ks.vecWidth()
+	nv := len(y) / V
+	if nv > 0 {
+		ks.vec.axpy.call(&y[0], a, &x[0], nv)
+	}
+	axpyRef(y[nv*V:], a, x[nv*V:])
+}
 
 // RMSNorm writes x / sqrt(mean(x²) + eps) · scale into dst (model.py 600-624:
 // fp32, learned scale multiplied as is). The mean is accumulated in float64 so
@@ -16,12 +72,43 @@ func RMSNorm(dst, x, scale []float32, eps float32) {
 	}
 }
 
-// Softmax normalises x in place: exp(x - max) / Σ exp(x - max), in fp32 with
-// a float64 sum.
+// Softmax normalises x in place: exp(x - max) / Σ exp(x - max), the sum in
+// float64. The SIMD versions evaluate exp with a float32 polynomial
+// (Cephes' expf, within 2 ulp) where the reference calls math.Exp, and scale
+// by the float32-rounded 1/sum: each result is within 4 ulp of the
+// reference's (TestSoftmaxLevels).
 func Softmax(x []float32) {
 	if len(x) == 0 {
 		return
 	}
+	ks := active
+	if ks == nil || len(x) < ks.vecWidth() {
+		softmaxRef(x)
+		return
+	}
+	V := ks.vecWidth()
+	nv := len(x) / V
+	tail := x[nv*V:]
+	m := ks.vec.max.call(&x[0], nv)
+	for _, v := range tail {
+		if v > m {
+			m = v
+		}
+	}
+	sum := ks.vec.expSub.call(&x[0], nv, m)
+	for i, v := range tail {
+		e := math.Exp(float64(v - m))
+		tail[i] = float32(e)
+		sum += e
+	}
+	inv := float32(1 / sum)
+	ks.vec.scale.call(&x[0], nv, inv)
+	for i := range tail {
+		tail[i] *= inv
+	}
+}
+
+func softmaxRef(x []float32) {
 	m := x[0]
 	for _, v := range x[1:] {
 		if v > m {
@@ -48,9 +135,27 @@ func Gelu(x float32) float32 {
 }
 
 // GeluMul computes dst[i] = gelu(a[i]) · b[i], the expert's gated product
-// (model.py 374).
+// (model.py 374); dst may be a. The SIMD versions compute gelu in float32
+// as x/(1 + e^(-2u)), the same function as the float64 tanh form of Gelu,
+// with the exp polynomial of Softmax: the result is within 2^-20·|a[i]·b[i]|
+// + 2^-21·|dst[i]| of the reference (TestGeluMulLevels).
 func GeluMul(dst, a, b []float32) {
 	b = b[:len(a)]
+	dst = dst[:len(a)]
+	ks := active
+	if ks == nil {
+		geluMulRef(dst, a, b)
+		return
+	}
+	V := ks.vecWidth()
+	nv := len(a) / V
+	if nv > 0 {
+		ks.vec.geluMul.call(&dst[0], &a[0], &b[0], nv)
+	}
+	geluMulRef(dst[nv*V:], a[nv*V:], b[nv*V:])
+}
+
+func geluMulRef(dst, a, b []float32) {
 	for i, v := range a {
 		dst[i] = Gelu(v) * b[i]
 	}

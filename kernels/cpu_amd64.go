@@ -1,0 +1,34 @@
+//go:build amd64 && !noasm
+
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+// The feature tests come from golang.org/x/sys/cpu, which also checks that
+// the operating system saves the ymm/zmm and opmask state (XCR0): cpuid
+// alone is not enough. F16C, which x/sys/cpu does not report, is read from
+// cpuid leaf 1; it needs no OS state beyond AVX's. AMX is never used (it
+// faults on the VMs this runs on even where cpuid advertises it).
+func init() {
+	_, _, ecx1, _ := cpuid(1, 0)
+	f16c := ecx1&(1<<29) != 0
+	x := &cpu.X86
+	if !(x.HasAVX && x.HasAVX2 && x.HasFMA && f16c) {
+		return
+	}
+	avx2 := &kernelSet{name: "AVX2", dot: &dotAVX2, int8: &intAVX2, inout: &inoutAVX2, quant: quantAVX2, vec: &vecAVX2}
+	levels = append(levels, avx2)
+	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512DQ {
+		// Without VNNI the int8 products use the AVX2 kernels. Where VNNI
+		// exists that combination is still listed (before the best set) so
+		// that tests cover it.
+		s := &kernelSet{name: "AVX512", dot: &dotAVX512, int8: &intAVX2, inout: &inoutAVX512, quant: quantAVX512, vec: &vecAVX512}
+		levels = append(levels, s)
+		if x.HasAVX512VNNI {
+			v := *s
+			v.name, v.int8 = "AVX512VNNI", &intVNNI
+			levels = append(levels, &v)
+		}
+	}
+	active = levels[len(levels)-1]
+}

@@ -1,0 +1,157 @@
+package kernels
+
+import "fmt"
+
+// The SIMD kernels are chosen once at start-up from what the CPU and the
+// operating system support (cpu_amd64.go); tests switch between all the
+// variants the machine can run with useLevel. Every kernel below has a
+// pure-Go reference in this package that is also the fallback.
+
+// Kernels of the generated assembly (zkernels_amd64.s, made by kernels/_asm)
+// are named by small integers whose call methods (ztables_amd64.go) switch
+// to the function: a direct call lets escape analysis keep the buffers
+// handed to a kernel on the stack, a call through a function value would
+// not. Pointers are raw so that the kernels need no bounds checks; the Go
+// drivers check every size before calling them. 0 names no kernel.
+type (
+	// dotKernel: out[t][r] += Σ_k W[r][k]·x[t][k] for an R×T tile over n
+	// steps of E weights (dotFamily), out rows ldo bytes apart; I8 kernels
+	// multiply the sums by scale[r] first. Call: (w *byte, ldw int,
+	// x *float32, ldx int, n int, out *float32, ldo int, scale *float32).
+	dotKernel uint16
+	// intKernel is dotKernel over int8 weights and int8-quantised
+	// activations (qbuf's xq, dx and cr, all with stride ldx): (w *byte,
+	// ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int,
+	// out *float32, ldo int, scale *float32).
+	intKernel uint16
+	// inoutKernel: acc[t][c] += Σ_k xs[t·K+k]·W[k][c] for K weight rows and
+	// T accumulator rows over n vectors of columns:
+	// (acc *float32, lda int, w *byte, ldw int, xs *float32, n int).
+	inoutKernel uint16
+	// quantKernel quantises n whole blocks of 32 as quantizeBlockRef does:
+	// (x *float32, n int, xq *byte, dx *float32, cr *int32).
+	quantKernel uint16
+	// axpyKernel: y[i] += alpha·x[i] for n vectors:
+	// (y *float32, alpha float32, x *float32, n int).
+	axpyKernel uint16
+	// geluMulKernel: dst[i] = gelu(a[i])·b[i] for n vectors:
+	// (dst, a, b *float32, n int).
+	geluMulKernel uint16
+	// maxKernel returns the largest element of n ≥ 1 vectors:
+	// (x *float32, n int) (m float32).
+	maxKernel uint16
+	// expSubKernel sets x[i] = e^(x[i]-m) over n vectors and returns the
+	// sum in float64: (x *float32, n int, m float32) (sum float64).
+	expSubKernel uint16
+	// scaleKernel: x[i] *= s over n vectors: (x *float32, n int, s float32).
+	scaleKernel uint16
+)
+
+// Weight kinds of the float kernels, in the generator's order.
+const (
+	wkF32 = iota
+	wkF16
+	wkBF16
+	wkI8 // int8 converted to float32; the kernel applies the shard's scales
+	wkQ8 // Q8_0 dequantised in registers (the ExactQuant path)
+	numWK
+)
+
+// Weight kinds of the integer kernels.
+const (
+	ikQ8 = iota
+	ikI8
+	numIK
+)
+
+// A dotFamily is the set of kernels of one weight kind: a tile of R rows
+// (full) or 1 row (one) by 1..T tokens (index T-1), E weights a step.
+type dotFamily struct {
+	R, T, E   int
+	full, one []dotKernel
+}
+
+// An intFamily is like dotFamily with B blocks of 32 weights a step.
+type intFamily struct {
+	R, T, B   int
+	full, one []intKernel
+}
+
+// An inoutFamily has K-row (full) and 1-row (one) kernels for 1..T tokens,
+// V columns a step.
+type inoutFamily struct {
+	K, T, V   int
+	full, one []inoutKernel
+}
+
+// kernelSet is everything one instruction-set level provides.
+type kernelSet struct {
+	name  string
+	dot   *[numWK]dotFamily
+	int8  *[numIK]intFamily
+	inout *[wkI8 + 1]inoutFamily
+	quant quantKernel
+	vec   *vecKernels
+}
+
+// active is the kernel set in use; nil means the pure-Go reference.
+// It changes only at start-up and in tests (useLevel), never while a
+// matmul runs.
+var active *kernelSet
+
+// levels lists the kernel sets this machine can run, best last; the
+// pure-Go reference is level 0 and always present.
+var levels = []*kernelSet{nil}
+
+func init() {
+	active = levels[len(levels)-1]
+}
+
+// useLevel switches to levels[i] and returns a function restoring the
+// previous choice. For tests and benchmarks only: it must not race with
+// running kernels.
+func useLevel(i int) (restore func()) {
+	prev := active
+	active = levels[i]
+	return func() { active = prev }
+}
+
+// Variant names the kernels in use: "Go" (the pure-Go reference), "AVX2"
+// (AVX2+FMA+F16C), "AVX512" (AVX-512 F/BW/VL/DQ) or "AVX512VNNI".
+func Variant() string {
+	for i, l := range levels {
+		if l == active {
+			return levelName(i)
+		}
+	}
+	return "Go"
+}
+
+// Variants lists the variants this machine can run, best last.
+func Variants() []string {
+	names := make([]string, len(levels))
+	for i := range levels {
+		names[i] = levelName(i)
+	}
+	return names
+}
+
+// SetVariant selects one of Variants (to compare them, or to rule the
+// assembly out). It must not be called while any kernel runs.
+func SetVariant(name string) error {
+	for i := range levels {
+		if levelName(i) == name {
+			active = levels[i]
+			return nil
+		}
+	}
+	return fmt.Errorf("kernels: no variant %q on this machine (have %v)", name, Variants())
+}
+
+// levelName names levels[i] for test and benchmark output.
+func levelName(i int) string {
+	if levels[i] == nil {
+		return "Go"
+	}
+	return levels[i].name
+}

@@ -1,0 +1,330 @@
+package kernels
+
+import (
+	"sync"
+
+	"github.com/grok-go/grok/tensor"
+)
+
+// The drivers below tile a product into calls of the register-blocked
+// kernels of a kernelSet. They own all bounds reasoning: MatMulRows has
+// checked dst and x, Validate the weights, and every pointer handed to a
+// kernel is to an element that exists, with the kernel reading only within
+// the rows, steps and tokens it is told.
+//
+// Cache blocking (prefill): the input axis is cut into chunks so that the
+// chunk of all n activation vectors stays in L2 while every weight row's
+// chunk is streamed once; within a chunk a tile of R weight rows (a few KiB,
+// in L1) meets every group of T tokens. Each weight byte is thus read from
+// memory once per call, whatever n is.
+
+var bytePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// l2Budget is the activation bytes a chunk may hold (1 MiB L2 per core on
+// the machines this is tuned for, half of it left to weights and dst).
+const l2Budget = 384 << 10
+
+func dotKind(t tensor.DType) int {
+	switch t {
+	case tensor.F32:
+		return wkF32
+	case tensor.F16:
+		return wkF16
+	case tensor.BF16:
+		return wkBF16
+	case tensor.I8:
+		return wkI8
+	}
+	return wkQ8
+}
+
+// weightOffset is the byte offset of element k in a row of type t (k a
+// multiple of 32 for Q8_0).
+func weightOffset(t tensor.DType, k int) int {
+	switch t {
+	case tensor.F32:
+		return 4 * k
+	case tensor.F16, tensor.BF16:
+		return 2 * k
+	case tensor.I8:
+		return k
+	}
+	return k / tensor.Q8BlockSize * tensor.Q8BlockBytes
+}
+
+// chunk returns the input-axis chunk for n tokens: all of seg when the
+// activations fit in l2Budget, else a multiple of unit elements (at least
+// 16 units).
+func chunk(n, seg, bytesPerElem, unit int) int {
+	c := l2Budget / (n * bytesPerElem) / unit * unit
+	return min(seg, max(c, 16*unit))
+}
+
+// forTiles runs unit(s, c0, c1, r0, R) over every row block [r0, r0+R) of
+// [lo, hi) and every chunk [c0, c1) of every shard s (chunks of c units,
+// shards of seg units). Prefill (many tokens) runs chunk by chunk, each
+// over all rows, so that a chunk of the activations stays in L2 while the
+// weights stream once. Decode (n ≤ T, no chunking) runs row block by row
+// block instead, so that a row with several shards is still read front to
+// back. Either way each output element receives its chunks in the same
+// order, so the result does not depend on the order, nor on lo and hi.
+func forTiles(n, T, lo, hi, Rmax, shards, seg, c int, unit func(s, c0, c1, r0, R int)) {
+	rows := func(s, c0, c1 int) {
+		for r0 := lo; r0 < hi; {
+			R := Rmax
+			if hi-r0 < R {
+				R = 1
+			}
+			unit(s, c0, c1, r0, R)
+			r0 += R
+		}
+	}
+	if n <= T && c >= seg {
+		for r0 := lo; r0 < hi; {
+			R := Rmax
+			if hi-r0 < R {
+				R = 1
+			}
+			for s := 0; s < shards; s++ {
+				unit(s, 0, seg, r0, R)
+			}
+			r0 += R
+		}
+		return
+	}
+	for s := 0; s < shards; s++ {
+		for c0 := 0; c0 < seg; c0 += c {
+			rows(s, c0, min(c0+c, seg))
+		}
+	}
+}
+
+// dotMatMul is MatMulRows over [out, in] weights with float32 activations
+// (F32, F16, BF16, and Q8_0/I8 under ExactQuant). The kernels add their
+// sums (I8: times the shard's column scales) straight into dst, which is
+// cleared first.
+func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
+	fam := &ks.dot[dotKind(m.Type)]
+	In, Out := m.In, m.Out
+	rb, _ := m.Type.RowBytes(In)
+	shards, seg := 1, In
+	scaled := m.Type == tensor.I8
+	if scaled {
+		shards, seg = m.Shards, In/m.Shards
+	}
+	for t := 0; t < n; t++ {
+		clear(dst[t*Out+lo : t*Out+hi])
+	}
+	var tail [4][32]float32 // decoded weights past the last whole step
+	forTiles(n, fam.T, lo, hi, fam.R, shards, seg, chunk(n, seg, 4, fam.E), func(s, c0, c1, r0, R int) {
+		k0, k1 := s*seg+c0, s*seg+c1
+		steps := (k1 - k0) / fam.E
+		kt := k0 + steps*fam.E
+		kern := fam.full
+		if R < fam.R {
+			kern = fam.one
+		}
+		for r := 0; r < R && kt < k1; r++ {
+			row := m.Data[(r0+r)*rb:]
+			if err := tensor.DecodeRow(tail[r][:k1-kt], m.Type, row[weightOffset(m.Type, kt):]); err != nil {
+				panic(err) // unreachable: Validate checked the sizes
+			}
+		}
+		wp := &m.Data[r0*rb+weightOffset(m.Type, k0)]
+		var sc *float32 // I8: the shard's scales of these rows
+		if scaled {
+			sc = &m.Scales[s*Out+r0]
+		}
+		for t0 := 0; t0 < n; t0 += fam.T {
+			T := min(fam.T, n-t0)
+			kern[T-1].call(wp, rb, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, sc)
+			for t := 0; t < T && kt < k1; t++ {
+				xt := x[(t0+t)*In+kt : (t0+t)*In+k1]
+				for r := 0; r < R; r++ {
+					v := dotRef(tail[r][:k1-kt], xt)
+					if scaled {
+						v *= m.Scales[s*Out+r0+r]
+					}
+					dst[(t0+t)*Out+r0+r] += v
+				}
+			}
+		}
+	})
+}
+
+// intMatMul is MatMulRows over Q8_0 or [out, in] I8 weights with int8
+// activations: the same arithmetic as matMulQuantRef, block for block.
+func (ks *kernelSet) intMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
+	ik := ikQ8
+	if m.Type == tensor.I8 {
+		ik = ikI8
+	}
+	fam := &ks.int8[ik]
+	qa := quantizeActs(ks.quant, x, n, m)
+	defer qbufPool.Put(qa)
+	In, Out := m.In, m.Out
+	rb, _ := m.Type.RowBytes(In)
+	shards, seg := 1, In
+	scaled := m.Type == tensor.I8
+	if scaled {
+		shards, seg = m.Shards, In/m.Shards
+	}
+	for t := 0; t < n; t++ {
+		clear(dst[t*Out+lo : t*Out+hi])
+	}
+	nbs, ldx := qa.nbs, qa.nbt*32
+	full := seg / 32 // whole blocks a shard
+	// Chunks and shards are counted in activation blocks.
+	forTiles(n, fam.T, lo, hi, fam.R, shards, nbs, chunk(n, nbs, 96, fam.B), func(s, b0, b1, r0, R int) {
+		steps := max(0, min(b1, full)-b0) / fam.B
+		bt := b0 + steps*fam.B // first block left to Go
+		kern := fam.full
+		if R < fam.R {
+			kern = fam.one
+		}
+		wp := &m.Data[r0*rb+weightOffset(m.Type, s*seg+b0*32)]
+		var sc *float32 // I8: the shard's scales of these rows
+		if scaled {
+			sc = &m.Scales[s*Out+r0]
+		}
+		for t0 := 0; t0 < n; t0 += fam.T {
+			T := min(fam.T, n-t0)
+			qb := t0*qa.nbt + s*nbs + b0
+			kern[T-1].call(wp, rb, &qa.xq[qb*32], &qa.dx[qb*8], &qa.cr[qb*8], ldx, steps, &dst[t0*Out+r0], 4*Out, sc)
+			for t := 0; t < T && bt < b1; t++ {
+				xq, dx := qa.token(t0 + t)
+				for r := 0; r < R; r++ {
+					var v float32
+					row := m.Data[(r0+r)*rb : (r0+r+1)*rb]
+					for b := bt; b < b1; b++ {
+						qb := s*nbs + b
+						if m.Type == tensor.Q8_0 {
+							v += q8BlockTerm(row[b*tensor.Q8BlockBytes:], xq[qb*32:], dx[qb*8])
+						} else {
+							k0 := s*seg + b*32
+							v += i8BlockTerm(row[k0:k0+min(32, seg-b*32)], xq[qb*32:], dx[qb*8])
+						}
+					}
+					if scaled {
+						v *= m.Scales[s*Out+r0+r]
+					}
+					dst[(t0+t)*Out+r0+r] += v
+				}
+			}
+		}
+	})
+}
+
+// inoutMatMul is MatMulRows over the [in, out] layout: for a panel of
+// output columns, every input row k adds x[t][k]·W[k][panel] to the panel's
+// accumulators, K rows per kernel call. The panel is as wide as keeps the
+// n accumulator rows within l2Budget; for one token it is the whole range,
+// so each weight row is read as one contiguous run. I8 accumulates a shard
+// at a time in scratch and scales it into dst; the other types accumulate
+// in dst directly.
+func (ks *kernelSet) inoutMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
+	fam := &ks.inout[dotKind(m.Type)]
+	In, Out := m.In, m.Out
+	rb, _ := m.Type.RowBytes(Out)
+	esz := rb / Out
+	V := fam.V
+	vhi := lo + (hi-lo)/V*V
+	if vhi < hi {
+		ks.inoutTail(dst, x, n, m, vhi, hi)
+	}
+	if vhi == lo {
+		return
+	}
+	shards := 1
+	if m.Type == tensor.I8 {
+		shards = m.Shards
+	}
+	seg := In / shards
+	P := chunk(n, vhi-lo, 4, V)
+	var accp *[]float32
+	if m.Type == tensor.I8 {
+		accp = getScratch(n * P)
+		defer scratchPool.Put(accp)
+	}
+	var xs [64]float32
+	for p0 := lo; p0 < vhi; p0 += P {
+		pw := min(P, vhi-p0)
+		for s := 0; s < shards; s++ {
+			acc, lda := dst[p0:], Out // accumulate straight into dst
+			if accp != nil {
+				acc, lda = *accp, pw
+			}
+			for t := 0; t < n; t++ {
+				clear(acc[t*lda : t*lda+pw])
+			}
+			for k := s * seg; k < (s+1)*seg; {
+				K, kern := fam.K, fam.full
+				if (s+1)*seg-k < K {
+					K, kern = 1, fam.one
+				}
+				wp := &m.Data[k*rb+p0*esz]
+				for t0 := 0; t0 < n; t0 += fam.T {
+					T := min(fam.T, n-t0)
+					for t := 0; t < T; t++ {
+						copy(xs[t*K:(t+1)*K], x[(t0+t)*In+k:])
+					}
+					kern[T-1].call(&acc[t0*lda], 4*lda, wp, rb, &xs[0], pw/V)
+				}
+				k += K
+			}
+			if accp == nil {
+				continue
+			}
+			for t := 0; t < n; t++ {
+				d := dst[t*Out+p0 : t*Out+p0+pw]
+				a := acc[t*pw : (t+1)*pw]
+				if s == 0 {
+					clear(d)
+				}
+				sc := m.Scales[s*Out+p0 : s*Out+p0+pw]
+				for c := range d {
+					d[c] += sc[c] * a[c]
+				}
+			}
+		}
+	}
+}
+
+// inoutTail computes the last hi-lo < V columns of an [in, out] product by
+// running the kernels on a zero-padded copy of those columns, so that every
+// column goes through the same fused multiply-add chain wherever a range
+// split puts it: the results do not depend on how MatMulRows is split.
+func (ks *kernelSet) inoutTail(dst, x []float32, n int, m *Mat, lo, hi int) {
+	V := ks.inout[dotKind(m.Type)].V
+	c := hi - lo
+	rb, _ := m.Type.RowBytes(m.Out)
+	esz := rb / m.Out
+	tm := *m
+	tm.Out = V
+	bp := bytePool.Get().(*[]byte)
+	defer bytePool.Put(bp)
+	if cap(*bp) < m.In*V*esz {
+		*bp = make([]byte, m.In*V*esz)
+	}
+	tm.Data = (*bp)[:m.In*V*esz]
+	clear(tm.Data)
+	for k := 0; k < m.In; k++ {
+		copy(tm.Data[k*V*esz:k*V*esz+c*esz], m.Data[k*rb+lo*esz:])
+	}
+	if m.Type == tensor.I8 {
+		sp := getScratch(m.Shards * V)
+		defer scratchPool.Put(sp)
+		tm.Scales = *sp
+		clear(tm.Scales)
+		for s := 0; s < m.Shards; s++ {
+			copy(tm.Scales[s*V:s*V+c], m.Scales[s*m.Out+lo:])
+		}
+	}
+	tp := getScratch(n * V)
+	defer scratchPool.Put(tp)
+	td := *tp
+	ks.inoutMatMul(td, x, n, &tm, 0, V)
+	for t := 0; t < n; t++ {
+		copy(dst[t*m.Out+lo:t*m.Out+hi], td[t*V:])
+	}
+}

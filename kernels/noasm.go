@@ -1,0 +1,32 @@
+//go:build !amd64 || noasm
+
+package kernels
+
+// Without assembly no kernel set is ever active (levels holds only the
+// pure-Go reference), so these are never called.
+
+func (dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32) {
+	panic(noKernels)
+}
+
+func (intKernel) call(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32) {
+	panic(noKernels)
+}
+
+func (inoutKernel) call(acc *float32, lda int, w *byte, ldw int, xs *float32, n int) {
+	panic(noKernels)
+}
+
+func (quantKernel) call(x *float32, n int, xq *byte, dx *float32, cr *int32) { panic(noKernels) }
+
+func (axpyKernel) call(y *float32, alpha float32, x *float32, n int) { panic(noKernels) }
+
+func (geluMulKernel) call(dst, a, b *float32, n int) { panic(noKernels) }
+
+func (maxKernel) call(x *float32, n int) float32 { panic(noKernels) }
+
+func (expSubKernel) call(x *float32, n int, m float32) float64 { panic(noKernels) }
+
+func (scaleKernel) call(x *float32, n int, s float32) { panic(noKernels) }
+
+const noKernels = "kernels: built without assembly"

@@ -1,0 +1,210 @@
+package kernels
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/grok-go/grok/tensor"
+)
+
+// This file holds the pure-Go matrix products: the fallback where no SIMD
+// level is available and the reference the assembly is tested against.
+
+var scratchPool = sync.Pool{New: func() any { return new([]float32) }}
+
+func getScratch(n int) *[]float32 {
+	p := scratchPool.Get().(*[]float32)
+	if cap(*p) < n {
+		*p = make([]float32, n)
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// f32View reinterprets little-endian float32 bytes without copying when the
+// bytes are suitably aligned (always true for GGUF's 32-byte alignment).
+func f32View(b []byte, n int) ([]float32, bool) {
+	if n == 0 || len(b) < 4*n || uintptr(unsafe.Pointer(&b[0]))%4 != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n), true
+}
+
+// rowF32 returns row data as float32, decoding into buf unless the row is
+// already F32 and aligned.
+func rowF32(buf []float32, t tensor.DType, b []byte) []float32 {
+	if t == tensor.F32 {
+		if v, ok := f32View(b, len(buf)); ok {
+			return v
+		}
+	}
+	if err := tensor.DecodeRow(buf, t, b); err != nil {
+		panic(err) // unreachable: Validate checked the sizes and type
+	}
+	return buf
+}
+
+// matMulRef is MatMulRows with float32 activations: each weight row is
+// decoded to float32 and dotted with every input.
+func matMulRef(dst, x []float32, n int, m *Mat, lo, hi int) {
+	if m.InOut {
+		matMulInOutRef(dst, x, n, m, lo, hi)
+		return
+	}
+	In, Out := m.In, m.Out
+	rb, _ := m.Type.RowBytes(In)
+	sp := getScratch(In)
+	defer scratchPool.Put(sp)
+	if m.Type == tensor.I8 {
+		blk := In / m.Shards
+		for r := lo; r < hi; r++ {
+			row := rowF32(*sp, tensor.I8, m.Data[r*rb:(r+1)*rb])
+			for i := 0; i < n; i++ {
+				xi := x[i*In : (i+1)*In]
+				var acc float32
+				for s := 0; s < m.Shards; s++ {
+					acc += m.Scales[s*Out+r] * Dot(row[s*blk:(s+1)*blk], xi[s*blk:(s+1)*blk])
+				}
+				dst[i*Out+r] = acc
+			}
+		}
+		return
+	}
+	for r := lo; r < hi; r++ {
+		row := rowF32(*sp, m.Type, m.Data[r*rb:(r+1)*rb])
+		for i := 0; i < n; i++ {
+			dst[i*Out+r] = Dot(row, x[i*In:(i+1)*In])
+		}
+	}
+}
+
+// matMulInOutRef handles the [in, out] layout: y = Σ_r x[r]·W[r, :], one
+// weight row at a time, with per-shard scales applied once per shard.
+func matMulInOutRef(dst, x []float32, n int, m *Mat, lo, hi int) {
+	In, Out := m.In, m.Out
+	w := hi - lo
+	rb, _ := m.Type.RowBytes(Out)
+	esz := rb / Out // bytes per element (no block types in this layout)
+	rowp := getScratch(w)
+	defer scratchPool.Put(rowp)
+	shards := 1
+	if m.Type == tensor.I8 {
+		shards = m.Shards
+	}
+	blk := In / shards
+	accp := getScratch(n * w)
+	defer scratchPool.Put(accp)
+	acc := *accp
+	for i := 0; i < n; i++ {
+		clear(dst[i*Out+lo : i*Out+hi])
+	}
+	for s := 0; s < shards; s++ {
+		clear(acc)
+		for r := s * blk; r < (s+1)*blk; r++ {
+			row := rowF32(*rowp, m.Type, m.Data[r*rb+lo*esz:r*rb+hi*esz])
+			for i := 0; i < n; i++ {
+				axpyRef(acc[i*w:(i+1)*w], x[i*In+r], row)
+			}
+		}
+		for i := 0; i < n; i++ {
+			d := dst[i*Out+lo : i*Out+hi]
+			a := acc[i*w : (i+1)*w]
+			if m.Type == tensor.I8 {
+				sc := m.Scales[s*Out+lo : s*Out+hi]
+				for c := range d {
+					d[c] += sc[c] * a[c]
+				}
+			} else {
+				for c := range d {
+					d[c] += a[c]
+				}
+			}
+		}
+	}
+}
+
+// matMulQuantRef is the quantised-activation product of Q8_0 and [out, in]
+// I8 weights, the exact computation the integer kernels perform: quantise
+// each input (quantizeActs), take the integer dot product of every block,
+// and scale it: Q8_0 by the weight block's fp16 d times the activation
+// block's d; I8 by the activation block's d, summed over the shard and then
+// multiplied by the shard's per-column scale.
+func matMulQuantRef(dst, x []float32, n int, m *Mat, lo, hi int) {
+	qa := quantizeActs(0, x, n, m)
+	defer qbufPool.Put(qa)
+	In, Out := m.In, m.Out
+	rb, _ := m.Type.RowBytes(In)
+	for r := lo; r < hi; r++ {
+		row := m.Data[r*rb : (r+1)*rb]
+		for t := 0; t < n; t++ {
+			xq, dx := qa.token(t)
+			var v float32
+			if m.Type == tensor.Q8_0 {
+				for b := 0; b < In/tensor.Q8BlockSize; b++ {
+					v += q8BlockTerm(row[b*tensor.Q8BlockBytes:], xq[b*32:], dx[b*8])
+				}
+			} else {
+				seg := In / m.Shards
+				nbs := qa.nbs
+				for s := 0; s < m.Shards; s++ {
+					var acc float32
+					for b := 0; b < nbs; b++ {
+						k0 := s*seg + b*32
+						nk := min(32, seg-b*32)
+						acc += i8BlockTerm(row[k0:k0+nk], xq[(s*nbs+b)*32:], dx[(s*nbs+b)*8])
+					}
+					v += m.Scales[s*Out+r] * acc
+				}
+			}
+			dst[t*Out+r] = v
+		}
+	}
+}
+
+// q8BlockTerm is one Q8_0 block's contribution dw·dx·Σ w·x.
+func q8BlockTerm(blk, xq []byte, dx float32) float32 {
+	dw := tensor.HalfToFloat(uint16(blk[0]) | uint16(blk[1])<<8)
+	return dw * dx * float32(dotI8(blk[2:2+32], xq))
+}
+
+// i8BlockTerm is one activation block's contribution dx·Σ w·x to an I8 row
+// (w may be a shard's partial last block).
+func i8BlockTerm(w, xq []byte, dx float32) float32 {
+	return dx * float32(dotI8(w, xq))
+}
+
+// dotI8 is the exact integer dot product of int8 vectors w and x[:len(w)].
+func dotI8(w, x []byte) int32 {
+	x = x[:len(w)]
+	var s int32
+	for i := range w {
+		s += int32(int8(w[i])) * int32(int8(x[i]))
+	}
+	return s
+}
+
+// Dot returns Σ a[i]·b[i] over len(a) elements, accumulated in float32 with
+// four independent partial sums.
+func dotRef(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpyRef computes y += a·x.
+func axpyRef(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}

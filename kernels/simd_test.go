@@ -1,0 +1,565 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/grok-go/grok/tensor"
+)
+
+// The SIMD kernels are checked against the pure-Go reference at every
+// level this machine supports (forLevels runs level "Go" too, so the
+// reference is checked against the definition as well).
+
+func forLevels(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	for i := range levels {
+		t.Run(levelName(i), func(t *testing.T) {
+			defer useLevel(i)()
+			f(t)
+		})
+	}
+}
+
+// testMat is a random weight matrix with its exactly dequantised values
+// (Out×In, float64 so that the definition is exact enough).
+type testMat struct {
+	m   Mat
+	deq []float64
+}
+
+var testTypes = []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.I8}
+
+// newTestMat makes a random matrix. With offset > 0 the data starts that
+// many bytes into its allocation, so that no load is aligned.
+func newTestMat(rng *rand.Rand, dt tensor.DType, inOut bool, out, in, shards, offset int) testMat {
+	deq := make([]float64, out*in)
+	if dt == tensor.I8 {
+		q := make([]byte, out*in+offset)[offset:]
+		sc := make([]float32, shards*out)
+		for i := range sc {
+			sc[i] = float32(0.5 + rng.Float64())
+		}
+		blk := in / shards
+		for o := 0; o < out; o++ {
+			for r := 0; r < in; r++ {
+				v := int8(rng.IntN(256) - 128)
+				idx := o*in + r
+				if inOut {
+					idx = r*out + o
+				}
+				q[idx] = byte(v)
+				deq[o*in+r] = float64(v) * float64(sc[(r/blk)*out+o])
+			}
+		}
+		return testMat{Mat{Type: dt, Out: out, In: in, Data: q, InOut: inOut, Scales: sc, Shards: shards}, deq}
+	}
+	rows, cols := out, in
+	if inOut {
+		rows, cols = in, out
+	}
+	w := make([]float32, rows*cols)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	enc, err := tensor.EncodeRow(nil, dt, w)
+	if err != nil {
+		panic(err)
+	}
+	data := append(make([]byte, offset), enc...)[offset:]
+	rb, _ := dt.RowBytes(cols)
+	row := make([]float32, cols)
+	for r := 0; r < rows; r++ {
+		if err := tensor.DecodeRow(row, dt, data[r*rb:]); err != nil {
+			panic(err)
+		}
+		for c, v := range row {
+			if inOut {
+				deq[c*in+r] = float64(v)
+			} else {
+				deq[r*in+c] = float64(v)
+			}
+		}
+	}
+	return testMat{Mat{Type: dt, Out: out, In: in, Data: data, InOut: inOut}, deq}
+}
+
+// randInputs returns n×In activations starting one float into their
+// allocation (so not 64-byte aligned).
+func randInputs(rng *rand.Rand, n, in int) []float32 {
+	x := make([]float32, n*in+1)[1:]
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+// checkDefinition compares got (n×Out) with the float64 definition. The
+// bound is the standard one for float32 summation of In terms in any order,
+// In·2^-24·Σ|w·x|, plus one rounding of the result.
+func checkDefinition(t *testing.T, tm testMat, x, got []float32, n int) {
+	t.Helper()
+	m := &tm.m
+	for i := 0; i < n; i++ {
+		for o := 0; o < m.Out; o++ {
+			var s, abs float64
+			for r := 0; r < m.In; r++ {
+				p := tm.deq[o*m.In+r] * float64(x[i*m.In+r])
+				s += p
+				abs += math.Abs(p)
+			}
+			tol := float64(m.In+2)*0x1p-24*abs + 0x1p-24*math.Abs(s)
+			if d := math.Abs(float64(got[i*m.Out+o]) - s); !(d <= tol) {
+				t.Fatalf("%v %dx%d inOut=%v n=%d: y[%d][%d] = %g, want %g ± %g", m.Type, m.Out, m.In, m.InOut, n, i, o, got[i*m.Out+o], s, tol)
+			}
+		}
+	}
+}
+
+// checkSplits checks that MatMulRows over random disjoint ranges gives
+// bit for bit the full product.
+func checkSplits(t *testing.T, rng *rand.Rand, m *Mat, x, want []float32, n int) {
+	t.Helper()
+	got := make([]float32, len(want))
+	for lo := 0; lo < m.Out; {
+		hi := min(m.Out, lo+1+rng.IntN(m.Out))
+		MatMulRows(got, x, n, m, lo, hi)
+		lo = hi
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%v %dx%d inOut=%v n=%d: split product differs at %d: %g vs %g", m.Type, m.Out, m.In, m.InOut, n, i, got[i], want[i])
+		}
+	}
+}
+
+type matCase struct {
+	dt         tensor.DType
+	inOut      bool
+	n, out, in int
+	shards     int
+}
+
+func (c matCase) String() string {
+	return fmt.Sprintf("%v inOut=%v n=%d %dx%d shards=%d", c.dt, c.inOut, c.n, c.out, c.in, c.shards)
+}
+
+// randCases makes ragged shapes: sizes that are not multiples of 8, 16 or
+// 32 (except where Q8_0 needs whole blocks), n = 1..9, and a few larger
+// ones that cross the cache-chunk boundaries.
+func randCases(rng *rand.Rand, count int) []matCase {
+	var cs []matCase
+	for i := 0; i < count; i++ {
+		c := matCase{dt: testTypes[rng.IntN(len(testTypes))], n: 1 + rng.IntN(9), out: 1 + rng.IntN(40)}
+		c.inOut = c.dt != tensor.Q8_0 && rng.IntN(2) == 0
+		switch c.dt {
+		case tensor.Q8_0:
+			c.in = 32 * (1 + rng.IntN(7))
+		case tensor.I8:
+			c.shards = 1 + rng.IntN(4)
+			c.in = c.shards * (1 + rng.IntN(80))
+		default:
+			c.in = 1 + rng.IntN(150)
+		}
+		cs = append(cs, c)
+	}
+	// Larger products: several input chunks, many token tiles.
+	cs = append(cs,
+		matCase{dt: tensor.F32, n: 40, out: 9, in: 3001},
+		matCase{dt: tensor.F16, n: 37, out: 13, in: 2600},
+		matCase{dt: tensor.Q8_0, n: 33, out: 7, in: 32 * 210},
+		matCase{dt: tensor.I8, n: 35, out: 6, in: 2 * 3300, shards: 2},
+		matCase{dt: tensor.I8, inOut: true, n: 21, out: 70, in: 300, shards: 3},
+		matCase{dt: tensor.BF16, inOut: true, n: 50, out: 2000, in: 40},
+		matCase{dt: tensor.F32, n: 1, out: 5, in: 1 << 16},
+	)
+	return cs
+}
+
+// Every product at every level equals the float64 definition (ExactQuant:
+// float32 activations) within float32 rounding, and any split of the output
+// range gives the same bits.
+func TestMatMulLevels(t *testing.T) {
+	defer setExactQuant(true)()
+	forLevels(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		for _, c := range randCases(rng, 300) {
+			tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, c.shards, 1+rng.IntN(3))
+			x := randInputs(rng, c.n, c.in)
+			got := make([]float32, c.n*c.out)
+			MatMul(got, x, c.n, &tm.m)
+			checkDefinition(t, tm, x, got, c.n)
+			checkSplits(t, rng, &tm.m, x, got, c.n)
+		}
+	})
+}
+
+// quantBound returns, for each output, M = Σ |scale terms|·Σ|w_q·x_q| of
+// the quantised computation: the SIMD kernels and matMulQuantRef differ
+// only in where they round those terms, by at most (blocks+24)·2^-23·M.
+func quantBound(m *Mat, x []float32, n int) ([]float64, int) {
+	qa := quantizeActs(0, x, n, m)
+	defer qbufPool.Put(qa)
+	rb, _ := m.Type.RowBytes(m.In)
+	bound := make([]float64, n*m.Out)
+	for r := 0; r < m.Out; r++ {
+		row := m.Data[r*rb:]
+		for t := 0; t < n; t++ {
+			xq, dx := qa.token(t)
+			var M float64
+			absDot := func(w, x []byte) float64 {
+				var s float64
+				for i := range w {
+					s += math.Abs(float64(int8(w[i])) * float64(int8(x[i])))
+				}
+				return s
+			}
+			if m.Type == tensor.Q8_0 {
+				for b := 0; b < m.In/32; b++ {
+					dw := tensor.HalfToFloat(binary.LittleEndian.Uint16(row[b*34:]))
+					M += math.Abs(float64(dw)*float64(dx[b*8])) * absDot(row[b*34+2:b*34+34], xq[b*32:])
+				}
+			} else {
+				seg := m.In / m.Shards
+				for s := 0; s < m.Shards; s++ {
+					for b := 0; b < qa.nbs; b++ {
+						k0 := s*seg + b*32
+						w := row[k0 : k0+min(32, seg-b*32)]
+						M += math.Abs(float64(m.Scales[s*m.Out+r])*float64(dx[(s*qa.nbs+b)*8])) * absDot(w, xq[(s*qa.nbs+b)*32:])
+					}
+				}
+			}
+			bound[t*m.Out+r] = M
+		}
+	}
+	return bound, qa.nbt
+}
+
+// The int8-activation products (Q8_0, [out, in] I8) at every level equal
+// matMulQuantRef, the same computation in Go, within float rounding of the
+// scale terms, and stay within the activations' quantisation error of the
+// float64 definition.
+func TestQuantizedMatMul(t *testing.T) {
+	defer setExactQuant(false)()
+	forLevels(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(7, 8))
+		for _, c := range randCases(rng, 400) {
+			if c.dt != tensor.Q8_0 && c.dt != tensor.I8 {
+				continue
+			}
+			c.inOut = false
+			tm := newTestMat(rng, c.dt, false, c.out, c.in, c.shards, rng.IntN(3))
+			m := &tm.m
+			x := randInputs(rng, c.n, c.in)
+			got := make([]float32, c.n*c.out)
+			MatMul(got, x, c.n, m)
+			want := make([]float32, c.n*c.out)
+			matMulQuantRef(want, x, c.n, m, 0, c.out)
+			bound, nb := quantBound(m, x, c.n)
+			for i := range want {
+				tol := float64(nb+24) * 0x1p-23 * bound[i]
+				if d := math.Abs(float64(got[i] - want[i])); !(d <= tol) {
+					t.Fatalf("%v: y[%d] = %g, reference %g ± %g", c, i, got[i], want[i], tol)
+				}
+			}
+			checkSplits(t, rng, m, x, got, c.n)
+			// Against the definition: each activation moves by at most
+			// d/2 = amax/254 of its block.
+			for i := 0; i < c.n; i++ {
+				for o := 0; o < c.out; o++ {
+					var s, e float64
+					for r := 0; r < c.in; r++ {
+						s += tm.deq[o*c.in+r] * float64(x[i*c.in+r])
+						e += math.Abs(tm.deq[o*c.in+r]) * blockAmax(x[i*c.in:(i+1)*c.in], r, m) / 254
+					}
+					if d := math.Abs(float64(got[i*c.out+o]) - s); !(d <= 1.01*e+1e-5*math.Abs(s)) {
+						t.Fatalf("%v: y[%d][%d] = %g, definition %g, quantisation bound %g", c, i, o, got[i*c.out+o], s, e)
+					}
+				}
+			}
+		}
+	})
+}
+
+// blockAmax is max|x| over the activation block holding element r.
+func blockAmax(x []float32, r int, m *Mat) float64 {
+	seg := m.In
+	if m.Type == tensor.I8 {
+		seg = m.In / m.Shards
+	}
+	s, b := r/seg, (r%seg)/32
+	lo := s*seg + b*32
+	hi := min(lo+32, (s+1)*seg)
+	var a float64
+	for _, v := range x[lo:hi] {
+		a = max(a, math.Abs(float64(v)))
+	}
+	return a
+}
+
+// The SIMD quantisers equal quantizeBlockRef bit for bit, including
+// halfway cases, tiny, huge, infinite and NaN blocks.
+func TestQuantizeBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var blocks [][]float32
+	for i := 0; i < 2000; i++ {
+		b := make([]float32, 32)
+		scale := math.Pow(10, float64(rng.IntN(20)-10))
+		for j := range b {
+			b[j] = float32(rng.NormFloat64() * scale)
+		}
+		switch i % 10 {
+		case 1: // exact halfway quotients: amax 127, values k+0.5
+			b[0] = 127
+			for j := 1; j < 32; j++ {
+				b[j] = float32(rng.IntN(254)-127) + 0.5
+			}
+		case 2:
+			clear(b)
+		case 3:
+			for j := range b {
+				b[j] *= 1e-37
+			}
+		case 4:
+			b[rng.IntN(32)] = float32(math.Inf(1 - 2*rng.IntN(2)))
+		case 5:
+			b[rng.IntN(32)] = float32(math.NaN())
+		case 6:
+			b[rng.IntN(32)] = math.MaxFloat32
+		}
+		blocks = append(blocks, b)
+	}
+	x := make([]float32, 0, 32*len(blocks)+1)
+	x = append(x, 0) // unaligned start
+	for _, b := range blocks {
+		x = append(x, b...)
+	}
+	x = x[1:]
+	nb := len(blocks)
+	wq, wd, wc := make([]byte, 32*nb), make([]float32, 8*nb), make([]int32, 8*nb)
+	for b := 0; b < nb; b++ {
+		quantizeBlockRef(wq[b*32:], wd[b*8:], wc[b*8:], x[b*32:(b+1)*32])
+	}
+	for i := 1; i < len(levels); i++ {
+		t.Run(levelName(i), func(t *testing.T) {
+			gq, gd, gc := make([]byte, 32*nb), make([]float32, 8*nb), make([]int32, 8*nb)
+			levels[i].quant.call(&x[0], nb, &gq[0], &gd[0], &gc[0])
+			for b := 0; b < nb; b++ {
+				for j := 0; j < 32; j++ {
+					if gq[b*32+j] != wq[b*32+j] {
+						t.Fatalf("block %d %v: quant %d = %d, want %d", b, x[b*32:(b+1)*32], j, int8(gq[b*32+j]), int8(wq[b*32+j]))
+					}
+				}
+				for j := 0; j < 8; j++ {
+					if gc[b*8+j] != wc[b*8+j] {
+						t.Fatalf("block %d: correction %d = %d, want %d", b, j, gc[b*8+j], wc[b*8+j])
+					}
+					g, w := gd[b*8+j], wd[b*8+j]
+					if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+						t.Fatalf("block %d: scale %g, want %g", b, g, w)
+					}
+				}
+			}
+		})
+	}
+	// Spot-check the reference against the definition on the halfway block.
+	var q [32]byte
+	var d [8]float32
+	var cr [8]int32
+	quantizeBlockRef(q[:], d[:], cr[:], []float32{127, 0.5, -0.5, 1.5, -2.5})
+	if d[0] != 1 || int8(q[1]) != 1 || int8(q[2]) != -1 || int8(q[3]) != 2 || int8(q[4]) != -3 || cr[0] != -128*129 || cr[1] != 128*3 {
+		t.Fatalf("halfway cases: d=%g q=%v", d[0], q[:5])
+	}
+}
+
+func TestDotAxpyLevels(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(11, 12))
+		for _, n := range []int{0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100, 128, 1000} {
+			a, b := randInputs(rng, 1, n), randInputs(rng, 1, n+1)[1:]
+			got := Dot(a, b)
+			var s, abs float64
+			for i := range a {
+				s += float64(a[i]) * float64(b[i])
+				abs += math.Abs(float64(a[i]) * float64(b[i]))
+			}
+			if d := math.Abs(float64(got) - s); !(d <= float64(n+1)*0x1p-24*abs) {
+				t.Fatalf("Dot(n=%d) = %g, want %g", n, got, s)
+			}
+			y := randInputs(rng, 1, n)
+			want := append([]float32(nil), y...)
+			alpha := float32(rng.NormFloat64())
+			Axpy(y, alpha, a)
+			for i := range want {
+				w := float64(want[i]) + float64(alpha)*float64(a[i])
+				// One fused or two rounded operations.
+				if d := math.Abs(float64(y[i]) - w); !(d <= 0x1p-23*(math.Abs(w)+math.Abs(float64(alpha*a[i])))) {
+					t.Fatalf("Axpy(n=%d)[%d] = %g, want %g", n, i, y[i], w)
+				}
+			}
+		}
+	})
+}
+
+// ulps is |got-want| in units of float32 spacing at want.
+func ulps(got float32, want float64) float64 {
+	w := float32(want)
+	sp := math.Nextafter32(float32(math.Abs(float64(w))), float32(math.Inf(1))) - float32(math.Abs(float64(w)))
+	return math.Abs(float64(got)-want) / float64(sp)
+}
+
+// The exp polynomial (through expSub with m = 0) is within 2 ulp of exp
+// over [-87, 88.7] (AVX-512) or [-87, 88] (AVX2, which clamps beyond).
+func TestExp(t *testing.T) {
+	for i := 1; i < len(levels); i++ {
+		t.Run(levelName(i), func(t *testing.T) {
+			ks := levels[i]
+			hi := 88.7
+			if ks.vecWidth() == 8 {
+				hi = 88
+			}
+			var x []float32
+			for v := -87.0; v < hi; v += 0.001 {
+				x = append(x, float32(v))
+			}
+			x = x[:len(x)/16*16]
+			e := append([]float32(nil), x...)
+			sum := ks.vec.expSub.call(&e[0], len(e)/ks.vecWidth(), 0)
+			var worst, want float64
+			for j, v := range x {
+				w := math.Exp(float64(v))
+				want += float64(e[j])
+				if u := ulps(e[j], w); u > worst {
+					worst = u
+				}
+				if u := ulps(e[j], w); u > 2 {
+					t.Fatalf("exp(%g) = %g, want %g (%.2f ulp)", v, e[j], w, u)
+				}
+			}
+			if math.Abs(sum-want) > 1e-12*want {
+				t.Fatalf("sum %g, want %g", sum, want)
+			}
+			t.Logf("max error %.2f ulp", worst)
+		})
+	}
+}
+
+func TestGeluMulLevels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	var a []float32
+	for v := -30.0; v <= 30; v += 0.0007 {
+		a = append(a, float32(v))
+	}
+	for i := 0; i < 10000; i++ {
+		a = append(a, float32(rng.NormFloat64()*3))
+	}
+	a = append(a, 0, float32(math.Copysign(0, -1)), 1e-30, -1e-30, 100, -100, 1e30, -1e30)
+	b := randInputs(rng, 1, len(a))
+	want := make([]float32, len(a))
+	geluMulRef(want, a, b)
+	forLevels(t, func(t *testing.T) {
+		for _, n := range []int{len(a), 1, 7, 15, 17, 33} {
+			got := append([]float32(nil), a[:n]...)
+			GeluMul(got, got, b[:n]) // in place, as the model calls it
+			var worst float64
+			for i := range got {
+				d := math.Abs(float64(got[i] - want[i]))
+				tol := 0x1p-20*math.Abs(float64(a[i])*float64(b[i])) + 0x1p-21*math.Abs(float64(want[i]))
+				if !(d <= tol) {
+					t.Fatalf("gelu(%g)·%g = %g, want %g", a[i], b[i], got[i], want[i])
+				}
+				if d > 0 {
+					worst = max(worst, d/math.Abs(float64(a[i])*float64(b[i])))
+				}
+			}
+			if n == len(a) {
+				t.Logf("max error %.3g·|a·b|", worst)
+			}
+		}
+	})
+}
+
+func TestSoftmaxLevels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	forLevels(t, func(t *testing.T) {
+		var worst float64
+		for _, n := range []int{1, 2, 7, 8, 9, 16, 17, 31, 100, 1000, 4097} {
+			for _, scale := range []float64{0.1, 3, 30} {
+				x := make([]float32, n)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64() * scale)
+				}
+				want := append([]float32(nil), x...)
+				softmaxRef(want)
+				Softmax(x)
+				for i := range x {
+					u := ulps(x[i], float64(want[i]))
+					if want[i] < 0x1p-120 { // far below any other weight
+						u = math.Abs(float64(x[i]-want[i])) / 0x1p-120
+					}
+					if u > 4 {
+						t.Fatalf("n=%d: softmax[%d] = %g, want %g (%.1f ulp)", n, i, x[i], want[i], u)
+					}
+					worst = max(worst, u)
+				}
+			}
+		}
+		t.Logf("max error %.2f ulp", worst)
+	})
+}
+
+// MatMulRows on disjoint ranges from concurrent goroutines (the worker
+// pool's use) gives the single-call product bit for bit; run with -race.
+func TestMatMulRowsConcurrent(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, quant := range []bool{false, true} {
+		defer setExactQuant(!quant)()
+		for _, c := range []matCase{
+			{dt: tensor.F32, n: 3, out: 67, in: 100},
+			{dt: tensor.F16, n: 9, out: 40, in: 64},
+			{dt: tensor.Q8_0, n: 5, out: 50, in: 96},
+			{dt: tensor.I8, n: 2, out: 45, in: 90, shards: 3},
+			{dt: tensor.I8, inOut: true, n: 4, out: 70, in: 30, shards: 2},
+			{dt: tensor.BF16, inOut: true, n: 7, out: 33, in: 20},
+		} {
+			tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, max(c.shards, 1), 0)
+			x := randInputs(rng, c.n, c.in)
+			want := make([]float32, c.n*c.out)
+			MatMul(want, x, c.n, &tm.m)
+			got := make([]float32, len(want))
+			done := make(chan struct{})
+			const workers = 4
+			for w := 0; w < workers; w++ {
+				go func() {
+					MatMulRows(got, x, c.n, &tm.m, w*c.out/workers, (w+1)*c.out/workers)
+					done <- struct{}{}
+				}()
+			}
+			for w := 0; w < workers; w++ {
+				<-done
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%v: concurrent [%d] = %g, want %g", c, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+func TestSetVariant(t *testing.T) {
+	prev := Variant()
+	defer SetVariant(prev)
+	for _, v := range Variants() {
+		if err := SetVariant(v); err != nil || Variant() != v {
+			t.Fatalf("SetVariant(%q): %v, now %q", v, err, Variant())
+		}
+	}
+	if err := SetVariant("AMX"); err == nil {
+		t.Fatal("SetVariant(AMX) succeeded")
+	}
+	t.Logf("variants %v, default %s", Variants(), prev)
+}
