@@ -26,44 +26,32 @@ type attnSeq struct {
 }
 
 // Forward runs attention for layer l over the whole batch. x holds the
-// normed inputs (N×D); the result (N×D) goes to dst.
+// normed inputs (N×D); the result (N×D) goes to dst. Every step runs on the
+// workspace's thread pool (see parallel.go for the split).
 func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attnSeq, mem *KVMemory, ws *workspace) {
 	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
 	qd, kd := Hq*K, Hkv*K
 	q, k, v, o := ws.q[:N*qd], ws.k[:N*kd], ws.v[:N*kd], ws.o[:N*qd]
-	a.Query.Forward(q, x, N)
-	a.Key.Forward(k, x, N)
-	a.Value.Forward(v, x, N)
+	ws.matmul(x, N, 0, []*Linear{&a.Query, &a.Key, &a.Value}, q, k, v)
 
-	cos, sin := ws.cos[:K/2], ws.sin[:K/2]
-	for _, s := range seqs {
-		km, vm := mem.rows(l, s.slot)
-		for t := 0; t < s.n; t++ {
-			pos, r := s.start+t, s.row+t
-			// RoPE on q and k before the cache write (model.py 801-844).
-			a.Rotary.Apply(q[r*qd:(r+1)*qd], Hq, pos, cos, sin)
-			a.Rotary.Apply(k[r*kd:(r+1)*kd], Hkv, pos, cos, sin)
-			copy(km[pos*kd:(pos+1)*kd], k[r*kd:(r+1)*kd])
-			copy(vm[pos*kd:(pos+1)*kd], v[r*kd:(r+1)*kd])
-		}
-	}
+	ws.ropeJob = ropeTask{a: a, ws: ws, mem: mem, layer: l, q: q, k: k, v: v, cos: ws.cos, sin: ws.sin}
+	ws.pool.Run(N, 1, &ws.ropeJob)
+	ws.ropeJob = ropeTask{}
 
-	G := Hq / Hkv
-	for _, s := range seqs {
-		km, vm := mem.rows(l, s.slot)
-		ok := mem.keyOK[s.slot]
-		for t := 0; t < s.n; t++ {
-			pos, r := s.start+t, s.row+t
-			scores := ws.scores[:pos+1]
-			for h := 0; h < Hq; h++ {
-				kvh := h / G
-				qh := q[r*qd+h*K : r*qd+(h+1)*K]
-				oh := o[r*qd+h*K : r*qd+(h+1)*K]
-				a.attendHead(oh, qh, km, vm, ok, scores, kvh, kd)
+	// Every key a query needs is now in memory.
+	ws.items = ws.items[:0]
+	for i, s := range seqs {
+		for kvh := 0; kvh < Hkv; kvh++ {
+			for t0 := 0; t0 < s.n; t0 += tokenBlock {
+				ws.items = append(ws.items, attnItem{seq: i, kvh: kvh, t0: t0, t1: min(t0+tokenBlock, s.n)})
 			}
 		}
 	}
-	a.Linear.Forward(dst, o, N)
+	ws.attnJob = attnTask{a: a, ws: ws, mem: mem, layer: l, q: q, o: o, scores: ws.scores, S: ws.capS}
+	ws.pool.Run(len(ws.items), 1, &ws.attnJob)
+	ws.attnJob = attnTask{}
+
+	ws.matmul(o, N, 0, []*Linear{&a.Linear}, dst)
 }
 
 // attendHead computes one query head's output over keys 0..len(scores)-1.

@@ -1,7 +1,5 @@
 package model
 
-import "github.com/grok-go/grok/kernels"
-
 // DenseBlock is model.py's DenseBlock (963-1007), used when num_experts ≤ 1:
 // (gelu(x·W) ⊙ (x·V))·W1 without a router or gate.
 type DenseBlock struct {
@@ -11,9 +9,5 @@ type DenseBlock struct {
 // Forward writes the block's output for n rows of x into dst.
 func (d *DenseBlock) Forward(dst, x []float32, n int, ws *workspace) {
 	F := d.Linear.W.Out
-	h1, h2 := ws.h1[:n*F], ws.h2[:n*F]
-	d.Linear.Forward(h1, x, n)
-	d.LinearV.Forward(h2, x, n)
-	kernels.GeluMul(h1, h1, h2)
-	d.Linear1.Forward(dst, h1, n)
+	ws.ffn(dst, x, n, &d.Linear, &d.LinearV, &d.Linear1, ws.h1[:n*F], ws.h2[:n*F])
 }

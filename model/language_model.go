@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/grok-go/grok/kernels"
+	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/tensor"
 )
 
@@ -19,6 +20,10 @@ type LanguageModel struct {
 	Unembed     Linear // V×D: the embedding again (tied) unless the file has output.weight
 	RMSNorm     RMSNorm
 	Transformer Transformer
+
+	// Pool runs Forward's matrix products and attention on several threads
+	// (nil: parallel.Default()). The logits do not depend on its size.
+	Pool *parallel.Pool
 
 	ws workspace
 }
@@ -141,7 +146,7 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || len(mem.k) != c.NumLayers {
 		return nil, fmt.Errorf("model: KV memory was made for another model")
 	}
-	N, maxS, rows := 0, 0, 0
+	N, rows := 0, 0
 	for i, in := range inputs {
 		if in.Slot < 0 || in.Slot >= mem.Slots {
 			return nil, fmt.Errorf("model: input %d: slot %d out of range [0, %d)", i, in.Slot, mem.Slots)
@@ -164,7 +169,6 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 			}
 		}
 		N += len(in.Tokens)
-		maxS = max(maxS, end)
 		if in.AllLogits {
 			rows += len(in.Tokens)
 		} else {
@@ -175,16 +179,21 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 		return nil, nil
 	}
 	ws := &lm.ws
-	ws.ensure(c, N, maxS)
+	ws.pool = lm.Pool
+	if ws.pool == nil {
+		ws.pool = parallel.Default()
+	}
+	ws.ensure(c, N, mem.SeqLen, ws.pool.Threads())
 	D := c.EmbSize
 	h := ws.h[:N*D]
 	ws.seqs = ws.seqs[:0]
 	ws.outRows = ws.outRows[:0]
 	r := 0
-	for _, in := range inputs {
+	for i, in := range inputs {
 		start := mem.step[in.Slot]
 		ws.seqs = append(ws.seqs, attnSeq{row: r, n: len(in.Tokens), slot: in.Slot, start: start})
 		for t, tok := range in.Tokens {
+			ws.rowSeq[r+t] = i
 			// model.py 1225: input_mask = tokens > pad_token, a key mask only.
 			mem.keyOK[in.Slot][start+t] = tok > c.PadToken
 			e := h[(r+t)*D : (r+t+1)*D]
@@ -212,9 +221,7 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 		kernels.RMSNorm(xn[i*D:(i+1)*D], h[row*D:(row+1)*D], lm.RMSNorm.Scale, lm.RMSNorm.Eps)
 	}
 	logits := ws.ensureLogits(rows, c.VocabSize)
-	lm.Unembed.Forward(logits, xn, rows)
-	for i := range logits {
-		logits[i] *= c.OutputMultiplierScale
-	}
+	ws.matmul(xn, rows, c.OutputMultiplierScale, []*Linear{&lm.Unembed}, logits)
+	ws.pool = nil
 	return logits, nil
 }

@@ -17,7 +17,9 @@ type MoELayer struct {
 	Linear, LinearV, Linear1 []Linear // per expert: D→F, D→F, F→D
 }
 
-// Forward writes the MoE output for n rows of x into dst.
+// Forward writes the MoE output for n rows of x into dst. The router and
+// the gathering are serial (small); each expert's matrix products run on the
+// workspace's thread pool.
 func (m *MoELayer) Forward(dst, x []float32, n int, ws *workspace) {
 	k := m.Router.TopK
 	E := len(m.Linear)
@@ -45,11 +47,8 @@ func (m *MoELayer) Forward(dst, x []float32, n int, ws *workspace) {
 		for r, i := range rows {
 			copy(xs[r*D:(r+1)*D], x[i*D:(i+1)*D])
 		}
-		h1, h2, y := ws.h1[:c*F], ws.h2[:c*F], ws.y[:c*D]
-		m.Linear[e].Forward(h1, xs, c)
-		m.LinearV[e].Forward(h2, xs, c)
-		kernels.GeluMul(h1, h1, h2)
-		m.Linear1[e].Forward(y, h1, c)
+		y := ws.y[:c*D]
+		ws.ffn(y, xs, c, &m.Linear[e], &m.LinearV[e], &m.Linear1[e], ws.h1[:c*F], ws.h2[:c*F])
 		for r, i := range rows {
 			kernels.Axpy(dst[i*D:(i+1)*D], gates[r], y[r*D:(r+1)*D])
 		}

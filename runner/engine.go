@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +36,13 @@ type Options struct {
 	// PrefillChunk caps the prompt tokens one sequence feeds per step, so a
 	// long prompt does not stall the others' decoding (default 256).
 	PrefillChunk int
+
+	// BeforeStep, when set, runs in the engine's loop before every forward
+	// pass (never while the engine is idle). It is for tests, which use it
+	// to pause the loop at a known point or to pace it so that a request
+	// lasts long enough to be cancelled whatever the kernels' speed. It must
+	// not call the engine.
+	BeforeStep func()
 }
 
 // ErrQueueFull is returned by Submit when every slot is busy and the queue is full.
@@ -51,6 +61,14 @@ type Request struct {
 	// TruncatePrompt keeps the last tokens of a prompt that does not fit
 	// (runners.py's pad_to_size left truncation) instead of failing.
 	TruncatePrompt bool
+	// Logprobs makes TokenInfo report the model's own distribution: the
+	// log-softmax of the raw logits, before penalties, temperature and
+	// filters, with the TopLogprobs (at most sampler.MaxTopLogprobs) most
+	// likely tokens. This is what API clients expect (and vLLM's default):
+	// the sampler's distribution is a point mass under greedy decoding,
+	// which says nothing. Without it TokenInfo carries the sampler's figures.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Finish reasons, in OpenAI's vocabulary where it has one.
@@ -63,9 +81,17 @@ const (
 
 // TokenInfo describes one sampled token.
 type TokenInfo struct {
-	ID      int
+	ID int
+	// Text is what the token added to the decoded output (empty without a
+	// tokenizer). Concatenated over a request's tokens it is the whole
+	// generated text before stop strings cut it: a byte-fallback token
+	// that leaves a character incomplete has empty Text, and the token that
+	// completes the character carries all of it.
+	Text    string
 	Logprob float32
-	Top     []sampler.TokenProb // copied; at most Sampling.TopLogprobs
+	// Top is copied; at most Request.TopLogprobs entries with
+	// Request.Logprobs, else at most Sampling.TopLogprobs.
+	Top []sampler.TokenProb
 }
 
 // Usage counts a request's tokens and times its phases.
@@ -156,8 +182,12 @@ func (s *Stream) push(ev Event) {
 type Stats struct {
 	Requests, Finished, Cancelled, Rejected int64
 	PromptTokens, GeneratedTokens           int64
-	Steps                                   int64
-	Queued, Active, Slots                   int
+	// Steps counts batched forward calls; BatchRows sums the sequences in
+	// each, so BatchRows/Steps is the mean batch occupancy.
+	Steps, BatchRows int64
+	// ForwardTime is the time spent in the model's Forward.
+	ForwardTime           time.Duration
+	Queued, Active, Slots int
 }
 
 // Engine runs requests on one model. Its loop goroutine is the only caller
@@ -178,9 +208,11 @@ type Engine struct {
 	slots  []*Stream // loop-owned; nil = free
 	inputs []model.Input
 	rows   []*Stream
+	draws  []draw
 
 	requests, finished, cancelled, rejected atomic.Int64
-	promptTok, genTok, steps                atomic.Int64
+	promptTok, genTok, steps, batchRows     atomic.Int64
+	forwardNs                               atomic.Int64
 	active                                  atomic.Int64
 }
 
@@ -228,6 +260,12 @@ func (e *Engine) Model() *model.LanguageModel { return e.lm }
 // Tokenizer returns the engine's tokenizer (may be nil).
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
+// EOS returns the end-of-sequence token id that ends requests.
+func (e *Engine) EOS() int { return e.eos }
+
+// Slots returns how many sequences decode together.
+func (e *Engine) Slots() int { return e.opts.Slots }
+
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
@@ -236,7 +274,8 @@ func (e *Engine) Stats() Stats {
 	return Stats{
 		Requests: e.requests.Load(), Finished: e.finished.Load(), Cancelled: e.cancelled.Load(),
 		Rejected: e.rejected.Load(), PromptTokens: e.promptTok.Load(), GeneratedTokens: e.genTok.Load(),
-		Steps: e.steps.Load(), Queued: q, Active: int(e.active.Load()), Slots: e.opts.Slots,
+		Steps: e.steps.Load(), BatchRows: e.batchRows.Load(), ForwardTime: time.Duration(e.forwardNs.Load()),
+		Queued: q, Active: int(e.active.Load()), Slots: e.opts.Slots,
 	}
 }
 
@@ -255,8 +294,16 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if req.MaxTokens < 0 {
 		return nil, fmt.Errorf("runner: max tokens %d is negative", req.MaxTokens)
 	}
+	// An empty stop string would match at once and end every request
+	// before its first token; it means nothing, so it is dropped.
+	if slices.Contains(req.Stop, "") {
+		req.Stop = slices.DeleteFunc(slices.Clone(req.Stop), func(s string) bool { return s == "" })
+	}
 	if len(req.Stop) > 0 && e.tok == nil {
 		return nil, errors.New("runner: stop strings need a tokenizer")
+	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > sampler.MaxTopLogprobs {
+		return nil, fmt.Errorf("runner: top logprobs %d must lie in [0, %d]", req.TopLogprobs, sampler.MaxTopLogprobs)
 	}
 	ctxLen := e.opts.Context
 	var truncated int
@@ -297,6 +344,11 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 		return nil, ErrClosed
 	}
 	if len(e.waiting) >= e.opts.MaxQueue {
+		// Requests whose clients gave up still hold places until the loop
+		// next runs; they must not make a live request fail.
+		e.pruneWaiting()
+	}
+	if len(e.waiting) >= e.opts.MaxQueue {
 		e.rejected.Add(1)
 		return nil, ErrQueueFull
 	}
@@ -327,8 +379,17 @@ func (e *Engine) Close() {
 func (e *Engine) loop() {
 	defer close(e.done)
 	for {
+		// Cancelled requests leave their slots before admission, so that a
+		// slot a client gave up is taken by a waiting request in this very
+		// step instead of idling through it.
+		for _, s := range e.slots {
+			if s != nil && s.cancelled() {
+				e.finish(s, FinishCancelled, nil)
+			}
+		}
 		e.mu.Lock()
 		closed := e.closed
+		e.pruneWaiting()
 		var admit []*Stream
 		for i := range e.slots {
 			if e.slots[i] == nil && len(e.waiting) > 0 && !closed {
@@ -362,11 +423,31 @@ func (e *Engine) loop() {
 			}
 			return
 		}
+		// With no active slot the loop sleeps until Submit or Close wakes
+		// it: an idle engine costs nothing.
 		if !e.step() {
 			<-e.wake
 		}
 	}
 }
+
+// pruneWaiting ends the waiting requests whose clients gave up. e.mu is held.
+func (e *Engine) pruneWaiting() {
+	k := 0
+	for _, s := range e.waiting {
+		if s.cancelled() {
+			s.usage.Queued = time.Since(s.submitted)
+			e.end(s, FinishCancelled, nil)
+			continue
+		}
+		e.waiting[k] = s
+		k++
+	}
+	clear(e.waiting[k:])
+	e.waiting = e.waiting[:k]
+}
+
+func (s *Stream) cancelled() bool { return s.cancel.Load() || s.ctx.Err() != nil }
 
 // step runs one batched forward over every active slot; it reports false
 // when there was nothing to do.
@@ -376,7 +457,7 @@ func (e *Engine) step() bool {
 		if s == nil {
 			continue
 		}
-		if s.cancel.Load() || s.ctx.Err() != nil {
+		if s.cancelled() {
 			e.finish(s, FinishCancelled, nil)
 			continue
 		}
@@ -392,8 +473,14 @@ func (e *Engine) step() bool {
 	if len(e.inputs) == 0 {
 		return false
 	}
+	if e.opts.BeforeStep != nil {
+		e.opts.BeforeStep()
+	}
 	e.steps.Add(1)
+	e.batchRows.Add(int64(len(e.rows)))
+	t0 := time.Now()
 	logits, err := e.lm.Forward(e.mem, e.inputs)
+	e.forwardNs.Add(int64(time.Since(t0)))
 	if err != nil {
 		for _, s := range e.rows {
 			e.finish(s, FinishError, err)
@@ -401,22 +488,72 @@ func (e *Engine) step() bool {
 		return true
 	}
 	V := e.lm.Config.VocabSize
+	n := len(e.rows)
+	e.draws = slices.Grow(e.draws[:0], n)[:n]
+	e.forRows(n, func(i int) {
+		s := e.rows[i]
+		if s.fed < len(s.req.Prompt) {
+			return // mid-prompt: nothing to sample yet
+		}
+		row, d := logits[i*V:(i+1)*V], &e.draws[i]
+		d.r, d.err = s.smp.Sample(row, s.history)
+		if d.err == nil && s.req.Logprobs {
+			d.logprob, d.top = rawLogprobs(row, d.r.Token, s.req.TopLogprobs)
+		}
+	})
 	for i, s := range e.rows {
 		if s.fed < len(s.req.Prompt) {
-			continue // mid-prompt: nothing to sample yet
+			continue
 		}
-		e.sampleNext(s, logits[i*V:(i+1)*V])
+		e.sampleNext(s, &e.draws[i])
 	}
 	return true
 }
 
-func (e *Engine) sampleNext(s *Stream, row []float32) {
+// draw is one row's sampling result, computed in parallel with the other
+// rows' and then applied in order by sampleNext.
+type draw struct {
+	r       sampler.Result
+	err     error
+	logprob float32             // with Request.Logprobs
+	top     []sampler.TokenProb // with Request.Logprobs
+}
+
+// forRows runs f(0..n-1), split over the available cores when there is
+// more than one row. Sampling (a softmax over the vocabulary for each row)
+// runs between forward passes, when nothing else does, so spreading it
+// shortens every step; each row touches only its own stream's sampler.
+func (e *Engine) forRows(n int, f func(int)) {
+	g := min(n, runtime.GOMAXPROCS(0))
+	if g <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for k := 1; k < g; k++ {
+		wg.Go(func() {
+			for i := k; i < n; i += g {
+				f(i)
+			}
+		})
+	}
+	for i := 0; i < n; i += g {
+		f(i)
+	}
+	wg.Wait()
+}
+
+// sampleNext applies a row's draw to its stream: it records the token,
+// decodes it, applies the stop rules and pushes the event.
+func (e *Engine) sampleNext(s *Stream, d *draw) {
 	if s.firstTok.IsZero() {
 		s.firstTok = time.Now()
 		s.usage.Prefill = s.firstTok.Sub(s.started)
 		e.promptTok.Add(int64(len(s.req.Prompt)))
 	}
-	r, err := s.smp.Sample(row, s.history)
+	r, err := d.r, d.err
 	if err != nil {
 		e.finish(s, FinishError, err)
 		return
@@ -426,7 +563,10 @@ func (e *Engine) sampleNext(s *Stream, row []float32) {
 	s.usage.CompletionTokens++
 	e.genTok.Add(1)
 	info := TokenInfo{ID: r.Token, Logprob: r.Logprob}
-	if len(r.Top) > 0 {
+	if s.req.Logprobs {
+		info.Logprob, info.Top = d.logprob, d.top
+	} else if len(r.Top) > 0 {
+		// r.Top is the sampler's storage, overwritten by its next draw.
 		info.Top = append([]sampler.TokenProb(nil), r.Top...)
 	}
 	if r.Token == e.eos && !s.req.IgnoreEOS {
@@ -443,6 +583,7 @@ func (e *Engine) sampleNext(s *Stream, row []float32) {
 			e.finish(s, FinishError, err)
 			return
 		}
+		info.Text = piece
 		text, stopped = s.stop.push(piece)
 	}
 	s.push(Event{Text: text, Tokens: []TokenInfo{info}})
@@ -486,4 +627,43 @@ func (e *Engine) end(s *Stream, reason string, err error) {
 		e.finished.Add(1)
 	}
 	s.push(Event{Done: true, Finish: reason, Err: err, Usage: s.usage})
+}
+
+// rawLogprobs returns the log-probability of token under softmax(row) and
+// the k most likely tokens (higher logit first, lower id on ties), computed
+// in float64 so that the normaliser neither overflows nor loses the tail.
+func rawLogprobs(row []float32, token, k int) (float32, []sampler.TokenProb) {
+	m := math.Inf(-1)
+	for _, v := range row {
+		m = max(m, float64(v))
+	}
+	var z float64
+	for _, v := range row {
+		z += math.Exp(float64(v) - m)
+	}
+	logZ := m + math.Log(z)
+	lp := func(id int) float32 { return float32(float64(row[id]) - logZ) }
+	if k == 0 {
+		return lp(token), nil
+	}
+	top := make([]int, 0, k)
+	for id, v := range row {
+		if len(top) == k && v <= row[top[k-1]] {
+			continue // ties keep the lower id already listed
+		}
+		if len(top) < k {
+			top = append(top, id)
+		} else {
+			top[k-1] = id
+		}
+		for j := len(top) - 1; j > 0 && row[top[j]] > row[top[j-1]]; j-- {
+			top[j], top[j-1] = top[j-1], top[j]
+		}
+	}
+	out := make([]sampler.TokenProb, len(top))
+	for i, id := range top {
+		l := lp(id)
+		out[i] = sampler.TokenProb{Token: id, Logprob: l, Prob: float32(math.Exp(float64(l)))}
+	}
+	return lp(token), out
 }

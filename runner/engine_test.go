@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/sampler"
 )
@@ -188,9 +191,17 @@ func TestContextFullEndsWithLength(t *testing.T) {
 }
 
 // Cancelling (via the context or Cancel) frees the slot for the next request.
+// The test drives the loop one step at a time until the cancel, since the
+// small model would otherwise fill the context before the test could act.
 func TestCancelFreesSlot(t *testing.T) {
 	lm := testModel(t)
-	e := newEngine(t, lm, Options{Slots: 1, Context: 48})
+	step, free := make(chan struct{}), make(chan struct{})
+	e := newEngine(t, lm, Options{Slots: 1, Context: 48, BeforeStep: func() {
+		select {
+		case <-step:
+		case <-free:
+		}
+	}})
 	ctx, cancel := context.WithCancel(context.Background())
 	s1, err := e.Submit(ctx, Request{Prompt: []int{5}, IgnoreEOS: true})
 	if err != nil {
@@ -200,15 +211,19 @@ func TestCancelFreesSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s1.Recv(context.Background()); err != nil { // wait until it runs
+	step <- struct{}{} // the prefill step, which samples s1's first token
+	if _, err := s1.Recv(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	_, ev := collect(t, s1)
-	if ev.Finish != FinishCancelled {
-		t.Errorf("cancelled request finished with %q", ev.Finish)
+	close(free)
+	// The loop may already hold the next step's inputs, s1 among them: the
+	// slot is freed at the step after that one at the latest.
+	toks, ev := collect(t, s1)
+	if ev.Finish != FinishCancelled || len(toks) > 1 {
+		t.Errorf("cancelled request finished with %q after %d more tokens", ev.Finish, len(toks))
 	}
-	toks, ev := collect(t, s2)
+	toks, ev = collect(t, s2)
 	if len(toks) != 3 || ev.Finish != FinishLength {
 		t.Errorf("second request: %d tokens, %q", len(toks), ev.Finish)
 	}
@@ -216,6 +231,150 @@ func TestCancelFreesSlot(t *testing.T) {
 	s3.Cancel()
 	if _, ev := collect(t, s3); ev.Finish != FinishCancelled {
 		t.Errorf("Cancel: finish %q", ev.Finish)
+	}
+	if st := e.Stats(); st.Active != 0 || st.Cancelled != 2 {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+// A request whose client gives up while it waits for a slot leaves the
+// queue without running, and does not count against the queue bound.
+func TestCancelWhileQueued(t *testing.T) {
+	lm := testModel(t)
+	step, free := make(chan struct{}), make(chan struct{})
+	e := newEngine(t, lm, Options{Slots: 1, MaxQueue: 1, BeforeStep: func() {
+		select {
+		case <-step:
+		case <-free:
+		}
+	}})
+	s1, err := e.Submit(context.Background(), Request{Prompt: []int{5}, MaxTokens: 4, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step <- struct{}{} // s1 is admitted and runs its first step
+	if _, err := s1.Recv(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s2, err := e.Submit(ctx, Request{Prompt: []int{6}, MaxTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	// The queue is full of a cancelled request: Submit must make room.
+	s3, err := e.Submit(context.Background(), Request{Prompt: []int{7}, MaxTokens: 2, IgnoreEOS: true})
+	if err != nil {
+		t.Fatalf("Submit with only a cancelled request queued: %v", err)
+	}
+	close(free)
+	if toks, ev := collect(t, s2); ev.Finish != FinishCancelled || len(toks) != 0 || ev.Usage.CompletionTokens != 0 {
+		t.Errorf("queued request cancelled: %d tokens, finish %q", len(toks), ev.Finish)
+	}
+	if toks, ev := collect(t, s3); len(toks) != 2 || ev.Finish != FinishLength {
+		t.Errorf("s3: %d tokens, finish %q", len(toks), ev.Finish)
+	}
+	collect(t, s1)
+}
+
+// An idle engine runs no steps: the loop sleeps until work arrives.
+func TestIdleDoesNotSpin(t *testing.T) {
+	lm := testModel(t)
+	e := newEngine(t, lm, Options{Slots: 2})
+	s, err := e.Submit(context.Background(), Request{Prompt: []int{5}, MaxTokens: 3, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, s)
+	before := e.Stats()
+	time.Sleep(50 * time.Millisecond)
+	after := e.Stats()
+	if after.Steps != before.Steps || after.Steps != 3 || after.BatchRows != 3 {
+		t.Errorf("steps %d then %d (batch rows %d), want 3 and no more while idle", before.Steps, after.Steps, after.BatchRows)
+	}
+}
+
+// Raw logprobs are the log-softmax of the logits whatever the sampling
+// settings; the top list is sorted and contains the greedy token.
+func TestRawLogprobs(t *testing.T) {
+	lm := testModel(t)
+	e := newEngine(t, lm, Options{Slots: 1})
+	prompt := []int{5, 9, 11}
+	want := greedyRef(t, lm, prompt, 1, -1)[0]
+	s, err := e.Submit(context.Background(), Request{Prompt: prompt, MaxTokens: 1, Logprobs: true, TopLogprobs: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := s.Recv(context.Background())
+	if err != nil || len(ev.Tokens) != 1 {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	ti := ev.Tokens[0]
+	if ti.ID != want || len(ti.Top) != 5 || ti.Top[0].Token != want || ti.Top[0].Logprob != ti.Logprob {
+		t.Fatalf("token %+v, want greedy %d at the top", ti, want)
+	}
+	if ti.Logprob >= 0 || ti.Logprob < -10 {
+		t.Errorf("logprob %v of the greedy token is not a real log-probability", ti.Logprob)
+	}
+	var sum float64
+	for i, tp := range ti.Top {
+		sum += float64(tp.Prob)
+		if i > 0 && tp.Logprob > ti.Top[i-1].Logprob {
+			t.Errorf("top list not sorted: %+v", ti.Top)
+		}
+	}
+	if sum > 1.0001 {
+		t.Errorf("top probabilities sum to %v", sum)
+	}
+	if _, err := e.Submit(context.Background(), Request{Prompt: prompt, TopLogprobs: 9}); err == nil {
+		t.Error("TopLogprobs 9 accepted")
+	}
+	if got, top := rawLogprobs([]float32{0, 0}, 1, 2); math.Abs(float64(got)-math.Log(0.5)) > 1e-6 || top[0].Token != 0 || top[1].Token != 1 {
+		t.Errorf("rawLogprobs of a tie: %v %+v", got, top)
+	}
+}
+
+// With the demo model's tokenizer, each token's Text concatenates to the
+// event texts (no stop strings), and an empty stop string is ignored.
+func TestTokenText(t *testing.T) {
+	m, err := loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(m.LanguageModel, m.Tokenizer, Options{Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	prompt := m.Tokenizer.Encode("In the beginning God")
+	s, err := e.Submit(context.Background(), Request{Prompt: prompt, MaxTokens: 12, Stop: []string{""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text, toks strings.Builder
+	var ids []int
+	ctx := context.Background()
+	for {
+		ev, err := s.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text.WriteString(ev.Text)
+		for _, ti := range ev.Tokens {
+			toks.WriteString(ti.Text)
+			ids = append(ids, ti.ID)
+		}
+		if ev.Done {
+			if ev.Usage.CompletionTokens != 12 {
+				t.Errorf("finish %q after %d tokens", ev.Finish, ev.Usage.CompletionTokens)
+			}
+			break
+		}
+	}
+	full, _ := m.Tokenizer.Decode(append(slices.Clone(prompt), ids...))
+	head, _ := m.Tokenizer.Decode(prompt)
+	if text.String() != toks.String() || head+text.String() != full || text.Len() == 0 {
+		t.Errorf("event text %q, token text %q, decoded %q", text.String(), toks.String(), full)
 	}
 }
 

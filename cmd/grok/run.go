@@ -14,6 +14,7 @@ import (
 
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/runner"
 	"github.com/grok-go/grok/sampler"
 )
@@ -209,5 +210,5 @@ func rate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
-// setThreads is a hook for the kernels' worker pool (0 = all cores).
-var setThreads = func(int) {}
+// setThreads sizes the worker pool the model runs on (0 = all cores).
+var setThreads = parallel.SetThreads

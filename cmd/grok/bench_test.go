@@ -1,0 +1,149 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/grok-go/grok/internal/defaultmodel"
+	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/loader"
+)
+
+func benchJSON(t *testing.T, args ...string) benchResult {
+	t.Helper()
+	out, e, code := grok(t, append([]string{"bench", "--json", "--bw-mb", "8", "-r", "1"}, args...)...)
+	if code != 0 {
+		t.Fatalf("grok bench %v: exit %d: %s", args, code, e)
+	}
+	var r benchResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bench --json printed %q: %v", out, err)
+	}
+	return r
+}
+
+// On the embedded model, bench reports positive speeds, the weight bytes the
+// model itself counts, and a roofline ratio that is their product over the
+// bandwidth.
+func TestBenchEmbedded(t *testing.T) {
+	r := benchJSON(t, "-p", "6", "-n", "3")
+	m, err := loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m.DecodeStepBytes()
+	if r.BytesPerToken != want.Total || r.Bytes != want {
+		t.Errorf("bytes per token %d (%+v), want %d (%+v)", r.BytesPerToken, r.Bytes, want.Total, want)
+	}
+	c := m.Config
+	// The embedded model is F16 throughout but for norms and router.
+	perLayer := int64(c.EmbSize)*int64(2*c.NumQHeads*c.KeySize+2*c.NumKVHeads*c.KeySize)*2 +
+		int64(c.NumSelectedExperts)*3*int64(c.EmbSize)*int64(c.FFNSize)*2
+	if got := want.Attention + want.Experts; got != int64(c.NumLayers)*perLayer {
+		t.Errorf("attention + experts = %d bytes, want %d", got, int64(c.NumLayers)*perLayer)
+	}
+	if r.PrefillTokS <= 0 || r.DecodeTokS <= 0 || r.BandwidthGBs <= 0 || r.PairedRatio <= 0 || r.Params <= 0 || r.MappedMB <= 0 {
+		t.Errorf("non-positive figures: %+v", r)
+	}
+	if r.Prompt != 6 || r.Gen != 3 || r.Reps != 1 || len(r.DecodeRuns) != 1 {
+		t.Errorf("settings not reported: %+v", r)
+	}
+	if want := float64(r.BytesPerToken) * r.DecodeTokS / 1e9 / r.BandwidthGBs; math.Abs(r.RooflineRatio-want) > 1e-9*want {
+		t.Errorf("roofline ratio %g, want %g", r.RooflineRatio, want)
+	}
+	if r.Type != "F16" {
+		t.Errorf("type %q, want F16", r.Type)
+	}
+
+	// The text form names every figure.
+	out, e, code := grok(t, "bench", "-p", "4", "-n", "2", "-r", "1", "--bw-mb", "8")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	for _, w := range []string{"prefill", "decode", "tok/s", "read per decoded token", "roofline", "RSS"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// --make-model writes a model that loads, with the requested type for the
+// matrices (token_embd included) and F32 norms and router, and the F32 and
+// Q8_0 files of one seed hold the same model.
+func TestBenchMakeModel(t *testing.T) {
+	dir := t.TempDir()
+	paths := map[string]string{}
+	for _, typ := range []string{"f32", "q8_0"} {
+		p := filepath.Join(dir, typ+".gguf")
+		paths[typ] = p
+		if _, e, code := grok(t, "bench", "--make-model", p, "--type", typ, "--config", "tiny"); code != 0 {
+			t.Fatalf("--make-model --type %s: exit %d: %s", typ, code, e)
+		}
+	}
+	m32, err := loader.Open(paths["f32"], loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m32.Close()
+	m8, err := loader.Open(paths["q8_0"], loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m8.Close()
+	if m8.Config != benchConfigs["tiny"] {
+		t.Errorf("config %+v, want %+v", m8.Config, benchConfigs["tiny"])
+	}
+	for _, d := range m8.Tensors() {
+		want := "Q8_0"
+		if strings.HasSuffix(d.Name, "norm.weight") || strings.Contains(d.Name, "ffn_gate_inp") {
+			want = "F32"
+		}
+		if d.Type != want {
+			t.Errorf("%s is %s, want %s", d.Name, d.Type, want)
+		}
+	}
+	toks := []int{5, 6, 7, 8, 9, 10}
+	l32, err := testmodel.FullLogits(m32.LanguageModel, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l8, err := testmodel.FullLogits(m8.LanguageModel, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peak float64
+	for _, v := range l32 {
+		peak = max(peak, math.Abs(float64(v)))
+	}
+	if d := testmodel.MaxAbsDiff(l32, l8); d > 0.05*peak || peak == 0 {
+		t.Errorf("Q8_0 vs F32 logits: max |Δ| %g with max |logit| %g", d, peak)
+	}
+
+	r := benchJSON(t, "-m", paths["q8_0"], "-p", "8", "-n", "4")
+	if r.Type != "Q8_0" || r.Bytes.ExpertsPerLayer != 2 {
+		t.Errorf("bench of the Q8_0 model: type %s, %d experts per layer", r.Type, r.Bytes.ExpertsPerLayer)
+	}
+}
+
+func TestBenchErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"bench", "-p", "0"}, 2, "must be positive"},
+		{[]string{"bench", "-p", "100000"}, 2, "exceeds the model's context"},
+		{[]string{"bench", "extra"}, 2, "unexpected argument"},
+		{[]string{"bench", "--make-model", "x.gguf", "--type", "q4_k"}, 2, "--type"},
+		{[]string{"bench", "--make-model", "x.gguf", "--type", "bf16"}, 2, "--type must be"},
+		{[]string{"bench", "--make-model", "x.gguf", "--config", "huge"}, 2, "unknown --config"},
+	} {
+		_, e, code := grok(t, tc.args...)
+		if code != tc.code || !strings.Contains(e, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, e, tc.code, tc.want)
+		}
+	}
+}

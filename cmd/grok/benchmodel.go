@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tensor"
+)
+
+// benchConfigs are the random models `grok bench --make-model` writes.
+// "medium" is the model of shared/design/reference-figures.md, on which
+// llama.cpp's reference figures were measured; "tiny" is for tests.
+var benchConfigs = map[string]model.Config{
+	"medium": {
+		VocabSize: 32768, EmbSize: 1536, KeySize: 128, NumQHeads: 12, NumKVHeads: 2, NumLayers: 4,
+		FFNSize: 4096, NumExperts: 8, NumSelectedExperts: 2, SequenceLen: 4096,
+		AttnOutputMultiplier: 0.08838834764831845, EmbeddingMultiplierScale: 78.38367176906169,
+		OutputMultiplierScale: 0.5773502691896257, AttnLogitCap: 30,
+		PadToken: 0, EOSToken: 2, RopeBase: 10000, RMSEps: 1e-5,
+	},
+	"tiny": {
+		VocabSize: 512, EmbSize: 64, KeySize: 16, NumQHeads: 4, NumKVHeads: 2, NumLayers: 2,
+		FFNSize: 128, NumExperts: 4, NumSelectedExperts: 2, SequenceLen: 256,
+		AttnOutputMultiplier: 0.25, EmbeddingMultiplierScale: 8,
+		OutputMultiplierScale: 0.5773502691896257, AttnLogitCap: 30,
+		PadToken: 0, EOSToken: 2, RopeBase: 10000, RMSEps: 1e-5,
+	},
+}
+
+// fileTypes maps a weight type to llama.cpp's general.file_type
+// (LLAMA_FTYPE_ALL_F32, MOSTLY_F16, MOSTLY_Q8_0).
+var fileTypes = map[tensor.DType]uint32{tensor.F32: 0, tensor.F16: 1, tensor.Q8_0: 7}
+
+// makeBenchModel writes a random model of config name to path with its
+// matrices in dt, as reference-figures.md describes the "medium" model:
+// embeddings N(0, (1/embedding_multiplier)²), matrices N(0, 1/fan_in), norm
+// scales U(0.8, 1.2). Like llama-quantize, it converts every matrix,
+// token_embd included, and keeps the norms and the router in F32.
+//
+// Each tensor's values come from its own generator, seeded by the tensor's
+// name and seed, so the F32, F16 and Q8_0 files of one seed hold the same
+// model at three precisions. Tensors are generated row by row while the file
+// is written, so memory use stays at one row.
+func makeBenchModel(path, config string, dt tensor.DType, seed uint64) error {
+	c, ok := benchConfigs[config]
+	if !ok {
+		return usagef("unknown --config %q (medium or tiny)", config)
+	}
+	ft, ok := fileTypes[dt]
+	if !ok {
+		return usagef("--type must be f32, f16 or q8_0, not %v", dt)
+	}
+	w := gguf.NewWriter()
+	u32 := func(v int) uint32 { return uint32(v) }
+	for _, kv := range []struct {
+		k string
+		v any
+	}{
+		{"general.architecture", "grok"},
+		{"general.name", "grok-bench-" + config},
+		{"general.file_type", ft},
+		{"grok.vocab_size", u32(c.VocabSize)},
+		{"grok.context_length", u32(c.SequenceLen)},
+		{"grok.embedding_length", u32(c.EmbSize)},
+		{"grok.block_count", u32(c.NumLayers)},
+		{"grok.feed_forward_length", u32(c.FFNSize)},
+		{"grok.expert_feed_forward_length", u32(c.FFNSize)},
+		{"grok.attention.head_count", u32(c.NumQHeads)},
+		{"grok.attention.head_count_kv", u32(c.NumKVHeads)},
+		{"grok.attention.key_length", u32(c.KeySize)},
+		{"grok.attention.value_length", u32(c.KeySize)},
+		{"grok.rope.dimension_count", u32(c.KeySize)},
+		{"grok.rope.freq_base", c.RopeBase},
+		{"grok.attention.layer_norm_rms_epsilon", c.RMSEps},
+		{"grok.expert_count", u32(c.NumExperts)},
+		{"grok.expert_used_count", u32(c.NumSelectedExperts)},
+		{"grok.embedding_scale", c.EmbeddingMultiplierScale},
+		{"grok.logit_scale", c.OutputMultiplierScale},
+		{"grok.attention.output_scale", c.AttnOutputMultiplier},
+		{"grok.attn_logit_softcapping", c.AttnLogitCap},
+		{"grok.router_logit_softcapping", float32(30)},
+		// No vocabulary: llama.cpp's "none" model makes dummy tokens, and
+		// the benchmark feeds token ids.
+		{"tokenizer.ggml.model", "none"},
+		{"tokenizer.ggml.padding_token_id", u32(c.PadToken)},
+		{"tokenizer.ggml.eos_token_id", u32(c.EOSToken)},
+	} {
+		if err := w.AddKV(kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+
+	// add queues a tensor of shape [rows..., cols] whose rows are drawn by
+	// gen, stored as typ.
+	add := func(name string, typ tensor.DType, shape []int, gen func(rng *rand.Rand, row []float32)) error {
+		size, err := tensor.ByteSize(typ, shape)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		cols := shape[len(shape)-1]
+		rows := 1
+		for _, d := range shape[:len(shape)-1] {
+			rows *= d
+		}
+		return w.AddTensorFunc(name, typ, shape, int64(size), func(out io.Writer) error {
+			rng := rand.New(rand.NewPCG(seed, nameHash(name)))
+			row := make([]float32, cols)
+			var buf []byte
+			for r := 0; r < rows; r++ {
+				gen(rng, row)
+				var err error
+				if buf, err = tensor.EncodeRow(buf[:0], typ, row); err != nil {
+					return err
+				}
+				if _, err := out.Write(buf); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	normal := func(std float64) func(*rand.Rand, []float32) {
+		return func(rng *rand.Rand, row []float32) {
+			for i := range row {
+				row[i] = float32(rng.NormFloat64() * std)
+			}
+		}
+	}
+	uniform := func(rng *rand.Rand, row []float32) {
+		for i := range row {
+			row[i] = float32(0.8 + 0.4*rng.Float64())
+		}
+	}
+	D, K, F, E := c.EmbSize, c.KeySize, c.FFNSize, c.NumExperts
+	qd, kd := c.NumQHeads*K, c.NumKVHeads*K
+	mat := func(name string, shape ...int) error {
+		return add(name, dt, shape, normal(1/math.Sqrt(float64(shape[len(shape)-1]))))
+	}
+	if err := add("token_embd.weight", dt, []int{c.VocabSize, D}, normal(1/float64(c.EmbeddingMultiplierScale))); err != nil {
+		return err
+	}
+	if err := add("output_norm.weight", tensor.F32, []int{D}, uniform); err != nil {
+		return err
+	}
+	for l := 0; l < c.NumLayers; l++ {
+		p := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", l, s) }
+		for _, err := range []error{
+			add(p("attn_norm"), tensor.F32, []int{D}, uniform),
+			mat(p("attn_q"), qd, D),
+			mat(p("attn_k"), kd, D),
+			mat(p("attn_v"), kd, D),
+			mat(p("attn_output"), D, qd),
+			add(p("attn_output_norm"), tensor.F32, []int{D}, uniform),
+			add(p("ffn_norm"), tensor.F32, []int{D}, uniform),
+			add(p("ffn_gate_inp"), tensor.F32, []int{E, D}, normal(1/math.Sqrt(float64(D)))),
+			mat(p("ffn_gate_exps"), E, F, D),
+			mat(p("ffn_up_exps"), E, F, D),
+			mat(p("ffn_down_exps"), E, D, F),
+			add(p("layer_output_norm"), tensor.F32, []int{D}, uniform),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return w.WriteFile(path)
+}
+
+// nameHash seeds a tensor's generator from its name.
+func nameHash(name string) uint64 {
+	h := fnv.New64a()
+	io.WriteString(h, name)
+	return h.Sum64()
+}
+
+// parseBenchType reads --type: f32, f16 or q8_0 (any case).
+func parseBenchType(s string) (tensor.DType, error) {
+	dt, err := tensor.ParseDType(strings.ReplaceAll(s, "-", "_"))
+	if err != nil {
+		return 0, usagef("--type %q: want f32, f16 or q8_0", s)
+	}
+	return dt, nil
+}

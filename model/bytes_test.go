@@ -1,0 +1,36 @@
+package model_test
+
+import (
+	"testing"
+
+	"github.com/grok-go/grok/internal/testmodel"
+)
+
+// DecodeStepBytes counts k of E experts per layer and every other weight once.
+func TestDecodeStepBytes(t *testing.T) {
+	c := testmodel.SmallConfig()
+	b := mustModel(t, c, testmodel.Random(c, 1)).DecodeStepBytes()
+	L, D, V, F := int64(c.NumLayers), int64(c.EmbSize), int64(c.VocabSize), int64(c.FFNSize)
+	qd, kd := int64(c.NumQHeads*c.KeySize), int64(c.NumKVHeads*c.KeySize)
+	k, E := int64(c.NumSelectedExperts), int64(c.NumExperts)
+	want := []struct {
+		name      string
+		got, want int64
+	}{
+		{"attention", b.Attention, L * D * (2*qd + 2*kd) * 4},
+		{"router", b.Router, L * E * D * 4},
+		{"experts", b.Experts, L * k * 3 * D * F * 4},
+		{"norms", b.Norms, (4*L + 1) * D * 4},
+		{"embedding row", b.Embedding, D * 4},
+		{"unembedding", b.Unembed, V * D * 4},
+		{"total", b.Total, L*D*(2*qd+2*kd)*4 + L*E*D*4 + L*k*3*D*F*4 + (4*L+1)*D*4 + D*4 + V*D*4},
+	}
+	for _, w := range want {
+		if w.got != w.want {
+			t.Errorf("%s: %d bytes, want %d", w.name, w.got, w.want)
+		}
+	}
+	if b.ExpertsPerLayer != c.NumSelectedExperts {
+		t.Errorf("ExpertsPerLayer = %d", b.ExpertsPerLayer)
+	}
+}

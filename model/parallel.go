@@ -1,0 +1,197 @@
+package model
+
+import (
+	"github.com/grok-go/grok/kernels"
+	"github.com/grok-go/grok/parallel"
+)
+
+// How a forward call is split across threads.
+//
+// The seed shards every matrix along its "model" mesh axis (semantics §2):
+// q, k, v, the experts' linear and linear_v and the unembedding are
+// column-parallel (each device owns a block of output columns), while the
+// attention output projection and linear_1 are row-parallel (each device
+// owns a block of input rows and the partial outputs are summed with a
+// psum). On one shared-memory machine every thread can read the whole
+// activation vector, so here every matrix is split by output: each thread
+// computes a disjoint, contiguous range of outputs and reads exactly the
+// weight rows of that range. Both splits read each weight byte once per
+// step, which is what bounds decoding (it streams the weights from memory);
+// the output split also needs no partial sums and no reduction, and so each
+// output is one dot product computed by one thread in a fixed order —
+// the logits are the same bits for any number of threads.
+//
+// Ranges are aligned to parallel.DefaultAlign (16) outputs: one cache line
+// of each output row, a whole number of SIMD vectors.
+//
+// Attention is split by (sequence, kv head, block of query tokens): a kv
+// head's keys and values are read by the thread that owns it, for its G
+// query heads. RoPE and the KV-memory write are split by token before it.
+//
+// In the MoE only the selected experts run, each once per call over all the
+// tokens routed to it (its weights are read once per call); within an
+// expert, linear and linear_v (with the gelu product) form one loop over F
+// and linear_1 a second over D.
+
+// tokenBlock is how many query tokens of one sequence and kv head form one
+// attention work item: small enough to balance a long prompt across threads,
+// large enough that an item is worth a claim.
+const tokenBlock = 16
+
+// matTask computes y = x·Wᵀ for up to three matrices that share the input x,
+// as one loop over their outputs laid end to end. Each matrix starts at a
+// multiple of the alignment in that index space, so that its ranges are
+// aligned to its own first output.
+type matTask struct {
+	m     int // matrices in use
+	mats  [3]*kernels.Mat
+	dsts  [3][]float32
+	offs  [4]int // start of matrix j in the loop's index space; offs[m] = end
+	x     []float32
+	n     int
+	scale float32 // if not 0, outputs are multiplied by it (the unembedding)
+}
+
+func (t *matTask) Run(_, lo, hi int) {
+	for j := 0; j < t.m; j++ {
+		a, b := max(lo, t.offs[j]), min(hi, t.offs[j]+t.mats[j].Out)
+		if a >= b {
+			continue
+		}
+		a, b = a-t.offs[j], b-t.offs[j]
+		kernels.MatMulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b)
+		if t.scale != 0 {
+			out := t.mats[j].Out
+			for i := 0; i < t.n; i++ {
+				row := t.dsts[j][i*out+a : i*out+b]
+				for c := range row {
+					row[c] *= t.scale
+				}
+			}
+		}
+	}
+}
+
+// alignUp rounds n up to a multiple of parallel.DefaultAlign.
+func alignUp(n int) int {
+	const a = parallel.DefaultAlign
+	return (n + a - 1) / a * a
+}
+
+// matmul computes dst_j = x·W_jᵀ for each matrix on the pool, scaling the
+// outputs by scale unless it is 0. Each dst_j is n×Out_j.
+func (ws *workspace) matmul(x []float32, n int, scale float32, mats []*Linear, dsts ...[]float32) {
+	t := &ws.matJob
+	t.m, t.x, t.n, t.scale = len(mats), x, n, scale
+	off := 0
+	for j, l := range mats {
+		t.mats[j], t.dsts[j], t.offs[j] = &l.W, dsts[j], off
+		off = alignUp(off + l.W.Out)
+	}
+	t.offs[t.m] = off
+	ws.pool.Run(off, parallel.DefaultAlign, t)
+	*t = matTask{} // keep no references to the call's data
+}
+
+// ffnTask is the first half of an expert (or of the dense block) over a
+// range of its F hidden units: h1 = gelu(x·Wᵀ) ⊙ (x·Vᵀ) for those units.
+// The gelu product is elementwise, so it is done in the same range while
+// the range's outputs are still in cache.
+type ffnTask struct {
+	gate, up *kernels.Mat
+	x        []float32
+	n        int
+	h1, h2   []float32 // n×F
+}
+
+func (t *ffnTask) Run(_, lo, hi int) {
+	kernels.MatMulRows(t.h1, t.x, t.n, t.gate, lo, hi)
+	kernels.MatMulRows(t.h2, t.x, t.n, t.up, lo, hi)
+	F := t.gate.Out
+	for i := 0; i < t.n; i++ {
+		h := t.h1[i*F+lo : i*F+hi]
+		kernels.GeluMul(h, h, t.h2[i*F+lo:i*F+hi])
+	}
+}
+
+// ffn runs the gated feed-forward block (gelu(x·W) ⊙ (x·V))·W1 over n rows
+// of x on the pool, leaving the result in y (n×D) and using h1, h2 (n×F).
+func (ws *workspace) ffn(y, x []float32, n int, w, v, w1 *Linear, h1, h2 []float32) {
+	t := &ws.ffnJob
+	*t = ffnTask{gate: &w.W, up: &v.W, x: x, n: n, h1: h1, h2: h2}
+	ws.pool.Run(w.W.Out, parallel.DefaultAlign, t)
+	*t = ffnTask{}
+	ws.matmul(h1, n, 0, []*Linear{w1}, y)
+}
+
+// ropeTask rotates the new q and k rows and writes k and v into the memory,
+// one token per index.
+type ropeTask struct {
+	a        *MultiHeadAttention
+	ws       *workspace
+	mem      *KVMemory
+	layer    int
+	q, k, v  []float32
+	cos, sin []float32 // per thread: K/2
+}
+
+func (t *ropeTask) Run(worker, lo, hi int) {
+	a, ws := t.a, t.ws
+	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
+	qd, kd := Hq*K, Hkv*K
+	cos, sin := t.cos[worker*K/2:(worker+1)*K/2], t.sin[worker*K/2:(worker+1)*K/2]
+	for r := lo; r < hi; r++ {
+		s := ws.seqs[ws.rowSeq[r]]
+		pos := s.start + r - s.row
+		km, vm := t.mem.rows(t.layer, s.slot)
+		// RoPE on q and k before the cache write (model.py 801-844); one
+		// table serves the token's q and k heads.
+		kernels.RopeTables(cos, sin, pos, a.Rotary.Base, K)
+		for h := 0; h < Hq; h++ {
+			kernels.Rope(t.q[r*qd+h*K:r*qd+(h+1)*K], cos, sin)
+		}
+		for h := 0; h < Hkv; h++ {
+			kernels.Rope(t.k[r*kd+h*K:r*kd+(h+1)*K], cos, sin)
+		}
+		copy(km[pos*kd:(pos+1)*kd], t.k[r*kd:(r+1)*kd])
+		copy(vm[pos*kd:(pos+1)*kd], t.v[r*kd:(r+1)*kd])
+	}
+}
+
+// attnItem is one attention work item: query tokens [t0, t1) of sequence
+// seq, for the G query heads of kv head kvh.
+type attnItem struct {
+	seq, kvh, t0, t1 int
+}
+
+// attnTask runs attention items.
+type attnTask struct {
+	a      *MultiHeadAttention
+	ws     *workspace
+	mem    *KVMemory
+	layer  int
+	q, o   []float32
+	scores []float32 // per thread: S
+	S      int
+}
+
+func (t *attnTask) Run(worker, lo, hi int) {
+	a, ws := t.a, t.ws
+	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
+	qd, kd, G := Hq*K, Hkv*K, Hq/Hkv
+	scratch := t.scores[worker*t.S : (worker+1)*t.S]
+	for _, it := range ws.items[lo:hi] {
+		s := ws.seqs[it.seq]
+		km, vm := t.mem.rows(t.layer, s.slot)
+		ok := t.mem.keyOK[s.slot]
+		for tok := it.t0; tok < it.t1; tok++ {
+			pos, r := s.start+tok, s.row+tok
+			scores := scratch[:pos+1]
+			for h := it.kvh * G; h < (it.kvh+1)*G; h++ {
+				qh := t.q[r*qd+h*K : r*qd+(h+1)*K]
+				oh := t.o[r*qd+h*K : r*qd+(h+1)*K]
+				a.attendHead(oh, qh, km, vm, ok, scores, it.kvh, kd)
+			}
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package model_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/parallel"
+	"github.com/grok-go/grok/tensor"
+)
+
+// midConfig is larger than SmallConfig in every axis the threads split:
+// several aligned ranges per matrix, more than one attention token block.
+func midConfig() model.Config {
+	c := testmodel.SmallConfig()
+	c.VocabSize, c.EmbSize, c.KeySize, c.NumQHeads, c.NumKVHeads = 200, 64, 16, 4, 2
+	c.FFNSize, c.NumExperts, c.NumSelectedExperts = 96, 4, 2
+	return c
+}
+
+// script runs a fixed mix of calls — a ragged prefill with pads, then
+// batched single-token steps, then a chunk — and returns every logit.
+func script(t *testing.T, lm *model.LanguageModel, seed uint64) []float32 {
+	t.Helper()
+	c := lm.Config
+	rng := rand.New(rand.NewPCG(seed, seed))
+	mem, err := model.NewKVMemory(&c, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []float32
+	run := func(in []model.Input) {
+		out, err := lm.Forward(mem, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, out...)
+	}
+	run([]model.Input{
+		{Slot: 0, Tokens: randTokens(rng, 37, c.VocabSize, true), AllLogits: true},
+		{Slot: 2, Tokens: randTokens(rng, 5, c.VocabSize, false), AllLogits: true},
+	})
+	for step := 0; step < 4; step++ {
+		run([]model.Input{
+			{Slot: 0, Tokens: randTokens(rng, 1, c.VocabSize, false)},
+			{Slot: 1, Tokens: randTokens(rng, 1, c.VocabSize, false)},
+			{Slot: 2, Tokens: randTokens(rng, 1, c.VocabSize, false)},
+		})
+	}
+	run([]model.Input{{Slot: 1, Tokens: randTokens(rng, 18, c.VocabSize, true), AllLogits: true}})
+	return all
+}
+
+// The logits are the same bits whatever the number of threads: each output
+// is computed by one thread, in the same order, however the work is cut.
+func TestLogitsIndependentOfThreads(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    model.Config
+		dt   tensor.DType
+	}{
+		{"small-f32", testmodel.SmallConfig(), tensor.F32},
+		{"mid-f32", midConfig(), tensor.F32},
+		{"mid-q8_0", midConfig(), tensor.Q8_0},
+		{"mid-f16", midConfig(), tensor.F16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := testmodel.Random(tc.c, 31)
+			if tc.dt != tensor.F32 {
+				src = convert(t, src, reencode(tc.dt))
+			}
+			lm := mustModel(t, tc.c, src)
+			var want []float32
+			for _, threads := range []int{1, 2, 3} {
+				p := parallel.New(threads)
+				lm.Pool = p
+				for rep := 0; rep < 2; rep++ {
+					got := script(t, lm, 5)
+					if want == nil {
+						want = slices.Clone(got)
+						continue
+					}
+					if len(got) != len(want) {
+						t.Fatalf("%d threads: %d logits, want %d", threads, len(got), len(want))
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%d threads, rep %d: logit %d = %v, with 1 thread %v", threads, rep, i, got[i], want[i])
+						}
+					}
+				}
+				p.Close()
+			}
+		})
+	}
+}
+
+// decodeSetup prefills a prompt and returns a function that runs one
+// single-token decode step, rewinding the memory when it is full.
+func decodeSetup(tb testing.TB, lm *model.LanguageModel, prompt, ctx int) func() {
+	c := lm.Config
+	mem, err := model.NewKVMemory(&c, 1, ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	if _, err := lm.Forward(mem, []model.Input{{Tokens: randTokens(rng, prompt, c.VocabSize, false)}}); err != nil {
+		tb.Fatal(err)
+	}
+	in := []model.Input{{Tokens: []int{1}}}
+	return func() {
+		if mem.Step(0) == ctx {
+			mem.Truncate(0, prompt)
+		}
+		in[0].Tokens[0] = 1 + mem.Step(0)%(c.VocabSize-1)
+		if _, err := lm.Forward(mem, in); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// A decode step allocates nothing once the workspace has grown: not the
+// model, not the kernels, not the thread pool.
+func TestDecodeStepDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	for _, threads := range []int{1, 2, 3} {
+		lm := mustModel(t, midConfig(), testmodel.Random(midConfig(), 3))
+		p := parallel.New(threads)
+		lm.Pool = p
+		step := decodeSetup(t, lm, 8, 40)
+		step() // the first step after the prompt sizes nothing new
+		// No warm-up through a rewind: a context that grows must not
+		// allocate either, so the 100 steps below cross it.
+		if a := testing.AllocsPerRun(100, step); a != 0 {
+			t.Errorf("%d threads: %v allocations per decode step", threads, a)
+		}
+		p.Close()
+	}
+}
+
+// benchConfig is a scaled-down "medium" model of reference-figures.md
+// (same shape ratios, an eighth of its weights: 85 MB of F32).
+func benchConfig() model.Config {
+	c := testmodel.SmallConfig()
+	c.VocabSize, c.EmbSize, c.KeySize, c.NumQHeads, c.NumKVHeads, c.NumLayers = 8192, 768, 64, 12, 2, 2
+	c.FFNSize, c.NumExperts, c.NumSelectedExperts = 2048, 8, 2
+	c.SequenceLen = 512
+	return c
+}
+
+// benchModel builds benchConfig's model on a pool of GOMAXPROCS threads
+// (so that -cpu 1,2 compares thread counts).
+func benchModel(b *testing.B) *model.LanguageModel {
+	c := benchConfig()
+	lm, err := model.New(c, testmodel.Random(c, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := parallel.New(runtime.GOMAXPROCS(0))
+	b.Cleanup(p.Close)
+	lm.Pool = p
+	return lm
+}
+
+// BenchmarkDecodeStep times one single-token Forward after a 64-token
+// prompt; run it with -benchmem to see 0 allocs/op.
+func BenchmarkDecodeStep(b *testing.B) {
+	lm := benchModel(b)
+	step := decodeSetup(b, lm, 64, 256)
+	step()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		step()
+	}
+}
+
+// BenchmarkPrefill times one Forward over a 64-token prompt.
+func BenchmarkPrefill(b *testing.B) {
+	lm := benchModel(b)
+	c := lm.Config
+	mem, err := model.NewKVMemory(&c, 1, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := []model.Input{{Tokens: randTokens(rand.New(rand.NewPCG(1, 1)), 64, c.VocabSize, false)}}
+	b.ReportAllocs()
+	for b.Loop() {
+		mem.Reset(0)
+		if _, err := lm.Forward(mem, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "tok/s")
+}

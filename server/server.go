@@ -1,0 +1,367 @@
+// Package server is grok's OpenAI-compatible HTTP server: /v1/completions
+// and /v1/chat/completions (JSON or server-sent events), /v1/models, /health
+// and Prometheus /metrics, over a runner.Engine that batches every active
+// request into one forward pass per step.
+//
+// The server holds no model state of its own. Each request is parsed and
+// validated into a runner.Request, submitted with the request's context (a
+// client that goes away frees its slot at the next step), and its events
+// are written out as they come. See README.md beside this file for the
+// fields supported, the chat template and measured throughput.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/grok-go/grok/runner"
+	"github.com/grok-go/grok/tokenizer"
+)
+
+// Options configures a Server.
+type Options struct {
+	// ModelID is the id the model is served under: the only value of
+	// "model" that requests may name (besides leaving it empty).
+	ModelID string
+	// MaxBodyBytes limits request bodies (default 1 MiB); larger ones get 413.
+	MaxBodyBytes int64
+	// Timeout limits one generation request from arrival to last token,
+	// queueing included (0 = no limit).
+	Timeout time.Duration
+	// ShutdownTimeout is how long Run lets in-flight requests finish after
+	// its context is done before cutting them off (default 30 s).
+	ShutdownTimeout time.Duration
+	// Logger receives request and error logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Model is what a Server serves: an engine and what the server reports
+// about the model file.
+type Model struct {
+	// Engine runs the requests. It must have a tokenizer. Run closes it
+	// when it shuts down; a caller of Attach closes it itself.
+	Engine *runner.Engine
+	// ChatTemplate is the file's tokenizer.chat_template, if any. The
+	// server does not evaluate Jinja templates; it logs that it uses its
+	// plain template instead.
+	ChatTemplate string
+}
+
+// backend is the state that exists once the model is loaded.
+type backend struct {
+	eng    *runner.Engine
+	tok    *tokenizer.Tokenizer
+	vocab  []string // display text of every token, for top_logprobs
+	isByte []bool   // byte-fallback pieces
+	byteOf []byte   // the byte of a byte-fallback piece
+	eos    int
+	ctx    int
+}
+
+// Server is an http.Handler serving the OpenAI-compatible API. It answers
+// before a model is attached: /health with 503 and generation endpoints with
+// 503 and Retry-After, so that clients can wait for the model to load.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+	created int64
+	handler http.Handler
+
+	be       atomic.Pointer[backend]
+	draining atomic.Bool
+}
+
+// New returns a Server with no model attached.
+func New(opts Options) *Server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{opts: opts, log: opts.Logger, created: time.Now().Unix()}
+	s.metrics = newMetrics(s)
+	s.handler = s.routes()
+	return s
+}
+
+// Attach starts serving m. It fails if the engine has no tokenizer.
+func (s *Server) Attach(m Model) error {
+	eng := m.Engine
+	tok := eng.Tokenizer()
+	if tok == nil {
+		return errors.New("server: the model has no tokenizer")
+	}
+	b := &backend{eng: eng, tok: tok, eos: eng.EOS(), ctx: eng.Context()}
+	b.vocab, b.isByte, b.byteOf = vocabTable(tok)
+	if m.ChatTemplate != "" {
+		s.log.Warn("the model file has a chat template (tokenizer.chat_template); it is not evaluated: chat requests use the plain template (System:/User:/Assistant: lines)")
+	}
+	s.be.Store(b)
+	s.log.Info("model ready", "model", s.opts.ModelID, "slots", eng.Slots(), "context", b.ctx)
+	return nil
+}
+
+// Drain makes the server refuse new generation requests (503) and report
+// /health as 503, while requests already running go on. Run calls it when
+// shutting down.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Run serves on ln at once, so that /health answers while load runs, then
+// attaches the model load returns. When ctx is done it drains: it stops
+// accepting connections, lets in-flight requests finish for up to
+// ShutdownTimeout, then closes the engine (which ends what is left as
+// cancelled) and the connections. It returns nil after a shutdown asked for
+// by ctx, or the error that stopped it (load's included). If ctx is done
+// while load still runs, Run returns without waiting for it, and closes the
+// engine load returns later.
+func (s *Server) Run(ctx context.Context, ln net.Listener, load func() (Model, error)) error {
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// No ReadTimeout or WriteTimeout: a streamed answer lasts as long
+		// as generation does; Options.Timeout bounds that instead, and
+		// readBody bounds reading the body.
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	s.log.Info("listening", "addr", ln.Addr().String(), "model", s.opts.ModelID)
+
+	type loaded struct {
+		m   Model
+		err error
+	}
+	lc := make(chan loaded, 1)
+	go func() {
+		m, err := load()
+		lc <- loaded{m, err}
+	}()
+	var eng *runner.Engine
+	var err error
+	loadDone := false
+	select {
+	case l := <-lc:
+		loadDone = true
+		if l.err == nil {
+			eng = l.m.Engine
+			l.err = s.Attach(l.m)
+		}
+		if l.err != nil {
+			err = fmt.Errorf("loading the model: %w", l.err)
+		}
+	case err = <-serveErr:
+	case <-ctx.Done():
+	}
+	if !loadDone {
+		// Shutting down before the model is ready: whatever load still
+		// makes is closed when it arrives.
+		go func() {
+			if l := <-lc; l.err == nil && l.m.Engine != nil {
+				l.m.Engine.Close()
+			}
+		}()
+	}
+	if err == nil && ctx.Err() == nil {
+		select {
+		case err = <-serveErr:
+		case <-ctx.Done():
+		}
+	}
+	s.Drain()
+	if err == nil {
+		s.log.Info("shutting down: waiting for requests in flight", "timeout", s.opts.ShutdownTimeout)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	if serr := hs.Shutdown(sctx); serr != nil && err == nil {
+		s.log.Warn("shutdown timeout: cancelling the requests still running", "err", serr)
+	}
+	// Closing the engine ends the streams still running as cancelled, so
+	// their handlers return; then the connections can be closed.
+	if eng != nil {
+		eng.Close()
+	}
+	hs.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// route is one path of the API.
+type route struct {
+	endpoint string // metrics label
+	method   string
+	h        http.HandlerFunc
+}
+
+// routes builds the handler. It routes by hand rather than with
+// http.ServeMux so that unknown paths and wrong methods get OpenAI-shaped
+// JSON errors instead of ServeMux's plain-text ones.
+func (s *Server) routes() http.Handler {
+	table := map[string]route{
+		"/v1/completions":      {"completions", http.MethodPost, s.handleCompletions},
+		"/v1/chat/completions": {"chat_completions", http.MethodPost, s.handleChat},
+		"/v1/models":           {"models", http.MethodGet, s.handleModels},
+		"/health":              {"health", http.MethodGet, s.handleHealth},
+		"/metrics":             {"metrics", http.MethodGet, s.metrics.handler.ServeHTTP},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, ok := table[r.URL.Path]
+		if !ok && strings.HasPrefix(r.URL.Path, "/v1/models/") {
+			rt, ok = route{"models", http.MethodGet, s.handleModel}, true
+		}
+		if !ok {
+			rt = route{endpoint: "other"}
+		}
+		s.instrument(rt.endpoint, w, r, func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case !ok:
+				writeError(w, &apiError{status: http.StatusNotFound, Type: "invalid_request_error",
+					Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
+			case r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead):
+				w.Header().Set("Allow", rt.method)
+				writeError(w, &apiError{status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+					Code: strPtr("method_not_allowed"), Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", r.Method, r.URL.Path, rt.method)})
+			default:
+				rt.h(w, r)
+			}
+		})
+	})
+}
+
+// statusRecorder remembers the status a handler wrote, for metrics and
+// for the recover middleware (which can only answer 500 if nothing was
+// written yet). Unwrap lets http.ResponseController reach the connection's
+// Flush.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// instrument runs h with panic recovery and records the request's status
+// and duration.
+func (s *Server) instrument(endpoint string, w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
+	rec := &statusRecorder{ResponseWriter: w}
+	start := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v) // the connection is to be cut; net/http handles it
+			}
+			s.log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			if rec.status == 0 {
+				writeError(rec, &apiError{status: http.StatusInternalServerError, Type: "server_error",
+					Message: "The server had an error while processing your request."})
+			} else {
+				// A stream is under way: the client sees it end early.
+				rec.status = http.StatusInternalServerError
+			}
+		}
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		s.metrics.observeHTTP(endpoint, rec.status, time.Since(start))
+	}()
+	h(rec, r)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case s.draining.Load():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+	case s.be.Load() == nil:
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}
+}
+
+func (s *Server) modelObject() modelObject {
+	return modelObject{ID: s.opts.ModelID, Object: "model", Created: s.created, OwnedBy: "grok-go"}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelObject{s.modelObject()}})
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+	if id != s.opts.ModelID {
+		writeError(w, modelNotFound(id))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelObject())
+}
+
+// bodyReadTimeout bounds the time a client may take to send its body. It
+// is set per request rather than as http.Server.ReadTimeout, because that
+// deadline would stay on the connection while a long answer streams, and
+// the server's background read would take it for a dead client and
+// cancel the request.
+const bodyReadTimeout = 30 * time.Second
+
+// readBody reads the request body up to the size limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) // best effort: not all writers support it
+	defer rc.SetReadDeadline(time.Time{})
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+				Code: strPtr("request_too_large"), Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", mbe.Limit)}
+		}
+		return nil, invalid("", "Reading the request body failed: %v", err)
+	}
+	return body, nil
+}
+
+// ready returns the backend, or the error to answer while there is none
+// or while draining.
+func (s *Server) ready() (*backend, *apiError) {
+	if s.draining.Load() {
+		return nil, unavailable(5, "The server is shutting down.")
+	}
+	b := s.be.Load()
+	if b == nil {
+		return nil, unavailable(5, "The model is still loading; try again shortly.")
+	}
+	return b, nil
+}
