@@ -190,6 +190,9 @@ func BenchmarkPrefill(b *testing.B) {
 		b.Fatal(err)
 	}
 	in := []model.Input{{Tokens: randTokens(rand.New(rand.NewPCG(1, 1)), 64, c.VocabSize, false)}}
+	if _, err := lm.Forward(mem, in); err != nil { // sizes the workspace
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		mem.Reset(0)

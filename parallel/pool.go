@@ -89,7 +89,8 @@ type worker struct {
 }
 
 // New returns a pool of threads threads in all (the caller counted);
-// threads ≤ 0 means DefaultThreads().
+// threads ≤ 0 means DefaultThreads(). Close it when done: its workers
+// otherwise live as long as the process.
 func New(threads int) *Pool {
 	p := &Pool{wakeup: make(chan struct{}, 1)}
 	p.start(threads)
