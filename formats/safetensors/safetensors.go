@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/grok-go/grok/internal/mmap"
 	"maps"
 	"os"
 	"path/filepath"
@@ -116,7 +117,7 @@ func exists(path string) bool {
 
 // openFile maps and validates one safetensors file.
 func (m *Model) openFile(path string) ([]*entry, error) {
-	data, release, err := mapFile(path)
+	data, release, err := mmap.Map(path)
 	if err != nil {
 		return nil, err
 	}

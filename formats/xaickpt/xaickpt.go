@@ -16,6 +16,7 @@ package xaickpt
 import (
 	"errors"
 	"fmt"
+	"github.com/grok-go/grok/internal/mmap"
 	"maps"
 	"os"
 	"path/filepath"
@@ -165,7 +166,7 @@ func (c *Checkpoint) load() error {
 			return fmt.Errorf("%s: missing %s, which should hold %s", c.dir, name, p.Path)
 		}
 		path := filepath.Join(c.dir, name)
-		data, release, err := mapFile(path)
+		data, release, err := mmap.Map(path)
 		if err != nil {
 			return err
 		}

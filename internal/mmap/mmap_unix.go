@@ -1,6 +1,8 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package xaickpt
+// Package mmap maps model files read-only into memory, so that weights are
+// views into the page cache rather than copies on the heap.
+package mmap
 
 import (
 	"fmt"
@@ -9,10 +11,10 @@ import (
 	"syscall"
 )
 
-// mapFile maps the whole file read-only. Tensor bytes are then views into
+// Map maps the whole file read-only. Tensor bytes are then views into
 // the page cache: a 600 GB checkpoint costs no heap, and pages are read only
 // when a tensor is touched. The returned release function unmaps it.
-func mapFile(path string) ([]byte, func() error, error) {
+func Map(path string) ([]byte, func() error, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err

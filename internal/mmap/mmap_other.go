@@ -1,12 +1,12 @@
 //go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
 
-package xaickpt
+package mmap
 
 import "os"
 
-// mapFile reads the whole file into memory on systems where this package
+// Map reads the whole file into memory on systems where this package
 // does not use mmap. It is correct but needs as much memory as the file.
-func mapFile(path string) ([]byte, func() error, error) {
+func Map(path string) ([]byte, func() error, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, err
