@@ -568,21 +568,21 @@ func Convert(ctx context.Context, m *loader.Model, dst string, opt Options) (*Re
 	if name == "" {
 		name = defaultName(m)
 	}
-	kvs := modelKVs(name, c)
+	kvs := loader.GGUFMetadata(name, c)
 	vkvs, err := j.vocabKVs(tok, c)
 	if err != nil {
 		return nil, fmt.Errorf("convert: %w", err)
 	}
 	kvs = append(kvs, vkvs...)
 	if quantised {
-		kvs = append(kvs, kv{"general.quantization_version", uint32(QuantizationVersion)})
+		kvs = append(kvs, kv{Key: "general.quantization_version", Value: uint32(QuantizationVersion)})
 	}
 	j.res.FileType = LlamaFileType(ft)
-	kvs = append(kvs, kv{"general.file_type", j.res.FileType})
+	kvs = append(kvs, kv{Key: "general.file_type", Value: j.res.FileType})
 
 	w := gguf.NewWriter()
 	for _, p := range kvs {
-		if err := w.AddKV(p.k, p.v); err != nil {
+		if err := w.AddKV(p.Key, p.Value); err != nil {
 			return nil, fmt.Errorf("convert: %w", err)
 		}
 	}
@@ -594,42 +594,7 @@ func Convert(ctx context.Context, m *loader.Model, dst string, opt Options) (*Re
 }
 
 // kv is one metadata pair to write.
-type kv struct {
-	k string
-	v any
-}
-
-// modelKVs are the general.* and grok.* keys of semantics §9, in the order
-// llama.cpp's converter and our test-model generator write them.
-func modelKVs(name string, c *model.Config) []kv {
-	u := func(v int) uint32 { return uint32(v) }
-	return []kv{
-		{"general.architecture", "grok"},
-		{"general.name", name},
-		{"grok.context_length", u(c.SequenceLen)},
-		{"grok.embedding_length", u(c.EmbSize)},
-		{"grok.block_count", u(c.NumLayers)},
-		{"grok.feed_forward_length", u(c.FFNSize)},
-		{"grok.expert_feed_forward_length", u(c.FFNSize)},
-		{"grok.attention.head_count", u(c.NumQHeads)},
-		{"grok.attention.head_count_kv", u(c.NumKVHeads)},
-		{"grok.attention.key_length", u(c.KeySize)},
-		{"grok.attention.value_length", u(c.KeySize)},
-		{"grok.rope.dimension_count", u(c.KeySize)},
-		{"grok.rope.freq_base", c.RopeBase},
-		{"grok.attention.layer_norm_rms_epsilon", c.RMSEps},
-		{"grok.expert_count", u(c.NumExperts)},
-		{"grok.expert_used_count", u(c.NumSelectedExperts)},
-		{"grok.embedding_scale", c.EmbeddingMultiplierScale},
-		{"grok.logit_scale", c.OutputMultiplierScale},
-		{"grok.attention.output_scale", c.AttnOutputMultiplier},
-		{"grok.attn_logit_softcapping", c.AttnLogitCap},
-		// Written as llama.cpp's converter writes it; neither model.py nor
-		// llama.cpp applies it (semantics §7.4), and our loader ignores it.
-		{"grok.router_logit_softcapping", float32(30)},
-		{"grok.vocab_size", u(c.VocabSize)},
-	}
-}
+type kv = loader.MetaKV
 
 // defaultName is general.name when none is given.
 func defaultName(m *loader.Model) string {

@@ -419,7 +419,7 @@ func TestVocabFromTokenizerModel(t *testing.T) {
 		}
 		w := gguf.NewWriter()
 		for _, p := range kvs {
-			if err := w.AddKV(p.k, p.v); err != nil {
+			if err := w.AddKV(p.Key, p.Value); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -451,8 +451,8 @@ func TestVocabFromTokenizerModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toks := kvs[1].v.([]string)
-	types := kvs[3].v.([]int32)
+	toks := kvs[1].Value.([]string)
+	types := kvs[3].Value.([]int32)
 	if len(toks) != cfg.VocabSize || toks[len(toks)-1] != "[PAD3]" || types[len(types)-1] != 5 {
 		t.Errorf("padding: %d tokens ending %q type %d", len(toks), toks[len(toks)-1], types[len(types)-1])
 	}

@@ -68,9 +68,9 @@ func (j *job) vocabKVs(tok *tokenizer.Tokenizer, c *model.Config) ([]kv, error) 
 	if tok == nil {
 		j.warnf("no tokenizer: the file gets tokenizer.ggml.model \"none\" (ids only); give --tokenizer tokenizer.model to embed one")
 		return []kv{
-			{"tokenizer.ggml.model", "none"},
-			{"tokenizer.ggml.eos_token_id", u(c.EOSToken)},
-			{"tokenizer.ggml.padding_token_id", u(c.PadToken)},
+			{Key: "tokenizer.ggml.model", Value: "none"},
+			{Key: "tokenizer.ggml.eos_token_id", Value: u(c.EOSToken)},
+			{Key: "tokenizer.ggml.padding_token_id", Value: u(c.PadToken)},
 		}, nil
 	}
 	n := tok.VocabSize()
@@ -99,23 +99,23 @@ func (j *job) vocabKVs(tok *tokenizer.Tokenizer, c *model.Config) ([]kv, error) 
 		j.warnf("the tokenizer's padding id is %d, the model's pad_token %d: writing the model's", p, c.PadToken)
 	}
 	kvs := []kv{
-		{"tokenizer.ggml.model", "llama"},
-		{"tokenizer.ggml.tokens", tokens},
-		{"tokenizer.ggml.scores", scores},
-		{"tokenizer.ggml.token_type", types},
+		{Key: "tokenizer.ggml.model", Value: "llama"},
+		{Key: "tokenizer.ggml.tokens", Value: tokens},
+		{Key: "tokenizer.ggml.scores", Value: scores},
+		{Key: "tokenizer.ggml.token_type", Value: types},
 	}
 	if b := tok.BOS(); b >= 0 {
-		kvs = append(kvs, kv{"tokenizer.ggml.bos_token_id", u(b)})
+		kvs = append(kvs, kv{Key: "tokenizer.ggml.bos_token_id", Value: u(b)})
 	}
-	kvs = append(kvs, kv{"tokenizer.ggml.eos_token_id", u(c.EOSToken)})
+	kvs = append(kvs, kv{Key: "tokenizer.ggml.eos_token_id", Value: u(c.EOSToken)})
 	if k := tok.UNK(); k >= 0 {
-		kvs = append(kvs, kv{"tokenizer.ggml.unknown_token_id", u(k)})
+		kvs = append(kvs, kv{Key: "tokenizer.ggml.unknown_token_id", Value: u(k)})
 	}
 	return append(kvs,
-		kv{"tokenizer.ggml.padding_token_id", u(c.PadToken)},
+		kv{Key: "tokenizer.ggml.padding_token_id", Value: u(c.PadToken)},
 		// runners.py never adds BOS or EOS (semantics §7.10).
-		kv{"tokenizer.ggml.add_bos_token", false},
-		kv{"tokenizer.ggml.add_eos_token", false},
-		kv{"tokenizer.ggml.add_space_prefix", tok.AddSpacePrefix()},
+		kv{Key: "tokenizer.ggml.add_bos_token", Value: false},
+		kv{Key: "tokenizer.ggml.add_eos_token", Value: false},
+		kv{Key: "tokenizer.ggml.add_space_prefix", Value: tok.AddSpacePrefix()},
 	), nil
 }

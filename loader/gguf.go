@@ -110,6 +110,45 @@ func ConfigFromGGUF(f *gguf.File) (model.Config, error) {
 	return c, nil
 }
 
+// MetaKV is one GGUF metadata pair to write.
+type MetaKV struct {
+	Key   string
+	Value any
+}
+
+// GGUFMetadata is the inverse of ConfigFromGGUF: the general.* and grok.*
+// keys of semantics §9 for c, in the order llama.cpp's converter and our
+// test-model generator write them.
+func GGUFMetadata(name string, c *model.Config) []MetaKV {
+	u := func(v int) uint32 { return uint32(v) }
+	return []MetaKV{
+		{"general.architecture", "grok"},
+		{"general.name", name},
+		{"grok.context_length", u(c.SequenceLen)},
+		{"grok.embedding_length", u(c.EmbSize)},
+		{"grok.block_count", u(c.NumLayers)},
+		{"grok.feed_forward_length", u(c.FFNSize)},
+		{"grok.expert_feed_forward_length", u(c.FFNSize)},
+		{"grok.attention.head_count", u(c.NumQHeads)},
+		{"grok.attention.head_count_kv", u(c.NumKVHeads)},
+		{"grok.attention.key_length", u(c.KeySize)},
+		{"grok.attention.value_length", u(c.KeySize)},
+		{"grok.rope.dimension_count", u(c.KeySize)},
+		{"grok.rope.freq_base", c.RopeBase},
+		{"grok.attention.layer_norm_rms_epsilon", c.RMSEps},
+		{"grok.expert_count", u(c.NumExperts)},
+		{"grok.expert_used_count", u(c.NumSelectedExperts)},
+		{"grok.embedding_scale", c.EmbeddingMultiplierScale},
+		{"grok.logit_scale", c.OutputMultiplierScale},
+		{"grok.attention.output_scale", c.AttnOutputMultiplier},
+		{"grok.attn_logit_softcapping", c.AttnLogitCap},
+		// Written as llama.cpp's converter writes it; neither model.py nor
+		// llama.cpp applies it (semantics §7.4), and ConfigFromGGUF ignores it.
+		{"grok.router_logit_softcapping", float32(30)},
+		{"grok.vocab_size", u(c.VocabSize)},
+	}
+}
+
 // ggufSource adapts a gguf.File to model.TensorSource.
 type ggufSource struct{ f *gguf.File }
 

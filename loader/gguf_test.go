@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"bytes"
 	"io"
 	"path/filepath"
 	"strings"
@@ -95,4 +96,33 @@ func TestGGUFModelErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
+}
+
+// GGUFMetadata and ConfigFromGGUF are inverses.
+func TestGGUFMetadataRoundTrip(t *testing.T) {
+	m := openGolden(t, "grok-tiny.gguf")
+	want := m.Config
+	w := gguf.NewWriter()
+	for _, kv := range GGUFMetadata("x", &want) {
+		if err := w.AddKV(kv.Key, kv.Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.AddKV("tokenizer.ggml.padding_token_id", uint32(want.PadToken))
+	w.AddKV("tokenizer.ggml.eos_token_id", uint32(want.EOSToken))
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ConfigFromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
+	}
 }
