@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/grok-go/grok/internal/testmodel"
 	"os"
 	"path/filepath"
 	"slices"
@@ -380,9 +381,9 @@ func TestConvertVendoredFixtures(t *testing.T) {
 			if m.Tokenizer == nil || m.Tokenizer.VocabSize() != 512 {
 				t.Fatal("vocabulary not embedded")
 			}
-			toks := readTokens(t, dir)
+			toks := testmodel.ReadTokens(t, dir)
 			for _, name := range []string{"len7", "len64"} {
-				want := readLogits(t, filepath.Join(dir, "logits_"+name+".f32"))
+				want := testmodel.ReadLogits(t, filepath.Join(dir, "logits_"+name+".f32"))
 				d := maxAbsDiff(forward(t, m.LanguageModel, toks[name]), want)
 				if d > 1e-3 {
 					t.Errorf("%s: max |Δ| = %g, want ≤ 1e-3", name, d)

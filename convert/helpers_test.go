@@ -2,8 +2,6 @@ package convert
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -274,31 +272,5 @@ func equalDims(a, b []int64) bool {
 
 // Vendored fixtures (shared/testdata) and their expected logits.
 const testdata = "../testdata"
-
-func readTokens(t *testing.T, dir string) map[string][]int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "tokens.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string][]int
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func readLogits(t *testing.T, path string) []float32 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
 
 type tokenizerT = tokenizer.Tokenizer

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"github.com/grok-go/grok/internal/testmodel"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,9 +32,9 @@ func TestFormatFixturesLogits(t *testing.T) {
 			if strings.HasSuffix(fixture, ".json") || strings.HasSuffix(fixture, "ckpt-0") {
 				fixture = filepath.Dir(fixture)
 			}
-			toks := readTokens(t, fixture)
+			toks := testmodel.ReadTokens(t, fixture)
 			for _, name := range []string{"len7", "len64"} {
-				want := readLogits(t, filepath.Join(fixture, "logits_"+name+".f32"))
+				want := testmodel.ReadLogits(t, filepath.Join(fixture, "logits_"+name+".f32"))
 				mem, _ := model.NewKVMemory(&m.Config, 1, 0)
 				got, err := m.Forward(mem, []model.Input{{Tokens: toks[name], AllLogits: true}})
 				if err != nil {

@@ -1,8 +1,8 @@
 package loader
 
 import (
-	"encoding/binary"
 	"encoding/json"
+	"github.com/grok-go/grok/internal/testmodel"
 	"math"
 	"os"
 	"path/filepath"
@@ -23,32 +23,6 @@ const goldenDir = "../testdata/grok-tiny"
 const (
 	goldenMaxAbs = 1e-3
 )
-
-func readTokens(t *testing.T, dir string) map[string][]int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "tokens.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string][]int
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func readLogits(t *testing.T, path string) []float32 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
 
 func argmax(v []float32) int {
 	best := 0
@@ -99,9 +73,9 @@ func openGolden(t *testing.T, name string) *Model {
 func TestGoldenLogits(t *testing.T) {
 	m := openGolden(t, "grok-tiny.gguf")
 	V := m.Config.VocabSize
-	toks := readTokens(t, goldenDir)
+	toks := testmodel.ReadTokens(t, goldenDir)
 	for _, name := range []string{"len7", "len64"} {
-		want := readLogits(t, filepath.Join(goldenDir, "logits_"+name+".f32"))
+		want := testmodel.ReadLogits(t, filepath.Join(goldenDir, "logits_"+name+".f32"))
 		t.Run(name+"/full", func(t *testing.T) {
 			mem, err := model.NewKVMemory(&m.Config, 1, 0)
 			if err != nil {
@@ -133,7 +107,7 @@ func TestGoldenLogits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := append(readLogits(t, filepath.Join(goldenDir, "logits_len64.f32")), readLogits(t, filepath.Join(goldenDir, "logits_len7.f32"))...)
+		want := append(testmodel.ReadLogits(t, filepath.Join(goldenDir, "logits_len64.f32")), testmodel.ReadLogits(t, filepath.Join(goldenDir, "logits_len7.f32"))...)
 		compareLogits(t, got, want, V, goldenMaxAbs)
 	})
 }
@@ -177,7 +151,7 @@ func TestGoldenGreedy(t *testing.T) {
 // weight rounding alone moves its logits by a few units at some positions.
 func TestQ8_0EqualsDequantised(t *testing.T) {
 	m := openGolden(t, "grok-tiny-q8_0.gguf")
-	toks := readTokens(t, goldenDir)["len64"]
+	toks := testmodel.ReadTokens(t, goldenDir)["len64"]
 	deq := dequantSource{m.GGUF}
 	ref, err := model.New(m.Config, deq)
 	if err != nil {
@@ -193,7 +167,7 @@ func TestQ8_0EqualsDequantised(t *testing.T) {
 	}
 	got := run(m.LanguageModel)
 	compareLogits(t, got, run(ref), m.Config.VocabSize, 1e-4)
-	want := readLogits(t, filepath.Join(goldenDir, "logits_len64.f32"))
+	want := testmodel.ReadLogits(t, filepath.Join(goldenDir, "logits_len64.f32"))
 	var worst float64
 	for i := range want {
 		worst = max(worst, math.Abs(float64(got[i]-want[i])))
