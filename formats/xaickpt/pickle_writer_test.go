@@ -1,6 +1,6 @@
 package xaickpt
 
-import "github.com/grok-go/grok/internal/fixtures"
+import "github.com/grok-go/grok/internal/pickle"
 
 // The tests write pickles with internal/fixtures' pickle writer, which emits
 // the byte streams CPython's pickler (3.8-3.13) produces for numpy arrays and
@@ -24,8 +24,8 @@ type qw8 struct {
 	module         string // "__main__" unless set
 }
 
-func (a npArray) fixture() fixtures.NumpyArray {
-	return fixtures.NumpyArray{DType: a.code, Shape: a.shape, Data: a.data, ReadOnly: a.readonly, ByteOrder: a.order, Fortran: a.fortran}
+func (a npArray) fixture() pickle.NumpyArray {
+	return pickle.NumpyArray{DType: a.code, Shape: a.shape, Data: a.data, ReadOnly: a.readonly, ByteOrder: a.order, Fortran: a.fortran}
 }
 
 // dumpPickle returns pickle.dumps(obj, protocol=proto) as numpy would make it.
@@ -35,9 +35,9 @@ func dumpPickle(proto int, obj any, numpy2 bool) []byte {
 	case npArray:
 		o = v.fixture()
 	case qw8:
-		o = fixtures.QuantizedWeight8bit{Weight: v.weight.fixture(), Scales: v.scales.fixture(), Module: v.module}
+		o = pickle.QuantizedWeight8bit{Weight: v.weight.fixture(), Scales: v.scales.fixture(), Module: v.module}
 	}
-	b, err := fixtures.Pickle(o, fixtures.PickleOptions{Protocol: proto, Numpy2: numpy2, Unchecked: true})
+	b, err := pickle.Dump(o, pickle.Options{Protocol: proto, Numpy2: numpy2, Unchecked: true})
 	if err != nil {
 		panic(err)
 	}
