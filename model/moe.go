@@ -1,6 +1,6 @@
 package model
 
-import "github.com/grok-go/grok/kernels"
+import "github.com/grok-go/grok/parallel"
 
 // MoELayer is model.py's MoELayer (272-400): each token goes through its
 // top-k experts, expert e computing (gelu(x·W_e) ⊙ (x·V_e))·W1_e with
@@ -18,8 +18,12 @@ type MoELayer struct {
 }
 
 // Forward writes the MoE output for n rows of x into dst. The router and
-// the gathering are serial (small); each expert's matrix products run on the
-// workspace's thread pool.
+// the gathering are serial (small). In decoding, the selected experts then
+// run together: one pool loop over all their hidden units (linear,
+// linear_v and the gelu product) and one over the D outputs (linear_1 and
+// the gated sum), so that a step costs two loops per layer however many
+// experts its tokens picked. With more rows (prefill) each expert runs in
+// loops of its own, which split its work evenly across the threads.
 func (m *MoELayer) Forward(dst, x []float32, n int, ws *workspace) {
 	k := m.Router.TopK
 	E := len(m.Linear)
@@ -27,30 +31,80 @@ func (m *MoELayer) Forward(dst, x []float32, n int, ws *workspace) {
 	idx, gate := ws.idx[:n*k], ws.gate[:n*k]
 	m.Router.Route(idx, gate, ws.probs[:n*E], x, n)
 	clear(dst[:n*D])
+
+	// Group the routed rows by expert (counting sort, rows ascending within
+	// an expert).
+	rows, gates := ws.rows[:n*k], ws.rowGate[:n*k]
+	start := ws.expertStart[:E+1]
+	clear(start)
+	for _, e := range idx {
+		start[e+1]++
+	}
 	for e := 0; e < E; e++ {
-		// Gather the rows routed to e.
-		rows := ws.rows[:0]
-		gates := ws.rowGate[:0]
-		for i := 0; i < n; i++ {
-			for j := 0; j < k; j++ {
-				if idx[i*k+j] == e {
-					rows = append(rows, i)
-					gates = append(gates, gate[i*k+j])
-				}
-			}
-		}
-		c := len(rows)
-		if c == 0 {
-			continue
-		}
-		xs := ws.xs[:c*D]
-		for r, i := range rows {
-			copy(xs[r*D:(r+1)*D], x[i*D:(i+1)*D])
-		}
-		y := ws.y[:c*D]
-		ws.ffn(y, xs, c, &m.Linear[e], &m.LinearV[e], &m.Linear1[e], ws.h1[:c*F], ws.h2[:c*F])
-		for r, i := range rows {
-			kernels.Axpy(dst[i*D:(i+1)*D], gates[r], y[r*D:(r+1)*D])
+		start[e+1] += start[e]
+	}
+	fill := ws.expertFill[:E]
+	copy(fill, start[:E])
+	for i := 0; i < n; i++ {
+		for j := 0; j < k; j++ {
+			e := idx[i*k+j]
+			rows[fill[e]], gates[fill[e]] = i, gate[i*k+j]
+			fill[e]++
 		}
 	}
+
+	// Run the experts in index order, in groups of at most capE rows.
+	parts := ws.parts[:0]
+	used := 0 // rows of the group so far
+	for e := 0; e <= E; e++ {
+		c := 0
+		if e < E {
+			c = start[e+1] - start[e]
+		}
+		if e == E || used+c > ws.capE || used > 0 && used+c > mergeRows {
+			if len(parts) > 0 {
+				m.runExperts(dst, parts, F, ws)
+			}
+			parts, used = parts[:0], 0
+		}
+		if e == E || c == 0 {
+			continue
+		}
+		r0 := start[e]
+		p := expertPart{
+			e: e, rows: rows[r0 : r0+c], gates: gates[r0 : r0+c],
+			xs: ws.xs[used*D : (used+c)*D], y: ws.y[used*D : (used+c)*D],
+			h1: ws.h1[used*F : (used+c)*F], h2: ws.h2[used*F : (used+c)*F],
+		}
+		for r, i := range p.rows {
+			copy(p.xs[r*D:(r+1)*D], x[i*D:(i+1)*D])
+		}
+		parts = append(parts, p)
+		used += c
+	}
+	ws.parts = parts[:0]
+}
+
+// mergeRows is the most rows a group of several experts may hold: a
+// decode step of up to 16 sequences with two experts each. Beyond it the
+// per-expert work is large and uneven, and one loop per expert balances
+// the threads better than one loop over many.
+const mergeRows = 32
+
+// runExperts runs one group of experts on the pool and adds their gated
+// outputs to dst.
+func (m *MoELayer) runExperts(dst []float32, parts []expertPart, F int, ws *workspace) {
+	off := 0
+	for i := range parts {
+		parts[i].off = off
+		off = alignUp(off + F)
+	}
+	up := &ws.upJob
+	*up = expertUpTask{m: m, parts: parts}
+	ws.pool.Run(off, parallel.DefaultAlign, up)
+	*up = expertUpTask{}
+	down := &ws.downJob
+	*down = expertDownTask{m: m, parts: parts, dst: dst}
+	ws.pool.Run(m.Linear1[0].W.Out, parallel.DefaultAlign, down)
+	*down = expertDownTask{}
 }

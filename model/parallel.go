@@ -124,6 +124,67 @@ func (ws *workspace) ffn(y, x []float32, n int, w, v, w1 *Linear, h1, h2 []float
 	ws.matmul(h1, n, 0, []*Linear{w1}, y)
 }
 
+// expertPart is one expert's share of an MoE call: the c rows routed to it,
+// gathered, and its buffers for them.
+type expertPart struct {
+	e      int
+	rows   []int     // the row of x and dst of each gathered row
+	gates  []float32 // the router's probability for each
+	xs, y  []float32 // c×D: gathered inputs, linear_1 outputs
+	h1, h2 []float32 // c×F
+	off    int       // start of the expert's hidden units in expertUpTask's index space
+}
+
+// expertUpTask is the first half of every expert of a group as one loop:
+// the experts' F hidden units laid end to end (each starting aligned),
+// h1 = gelu(xs·Wᵀ) ⊙ (xs·Vᵀ) over a range of them.
+type expertUpTask struct {
+	m     *MoELayer
+	parts []expertPart
+}
+
+func (t *expertUpTask) Run(_, lo, hi int) {
+	for i := range t.parts {
+		p := &t.parts[i]
+		w := &t.m.Linear[p.e].W
+		F := w.Out
+		a, b := max(lo, p.off), min(hi, p.off+F)
+		if a >= b {
+			continue
+		}
+		a, b = a-p.off, b-p.off
+		c := len(p.rows)
+		kernels.MatMulRows(p.h1, p.xs, c, w, a, b)
+		kernels.MatMulRows(p.h2, p.xs, c, &t.m.LinearV[p.e].W, a, b)
+		for r := 0; r < c; r++ {
+			h := p.h1[r*F+a : r*F+b]
+			kernels.GeluMul(h, h, p.h2[r*F+a:r*F+b])
+		}
+	}
+}
+
+// expertDownTask is the second half of every expert of a group as one loop
+// over the D outputs: for a range of them, each expert in index order
+// computes y = h1·W1ᵀ and adds gate·y to its rows of dst. Every element of
+// dst thus receives its experts' terms in index order, whatever the ranges.
+type expertDownTask struct {
+	m     *MoELayer
+	parts []expertPart
+	dst   []float32
+}
+
+func (t *expertDownTask) Run(_, lo, hi int) {
+	for i := range t.parts {
+		p := &t.parts[i]
+		w := &t.m.Linear1[p.e].W
+		D := w.Out
+		kernels.MatMulRows(p.y, p.h1, len(p.rows), w, lo, hi)
+		for r, row := range p.rows {
+			kernels.Axpy(t.dst[row*D+lo:row*D+hi], p.gates[r], p.y[r*D+lo:r*D+hi])
+		}
+	}
+}
+
 // ropeTask rotates the new q and k rows and writes k and v into the memory,
 // one token per index.
 type ropeTask struct {

@@ -202,3 +202,26 @@ func BenchmarkPrefill(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "tok/s")
 }
+
+// The experts of a call run in groups when their rows exceed the
+// workspace's budget (long prompts). Grouping changes only which loop an
+// expert runs in, never the order in which a token's expert terms are
+// added, so the logits are the same bits for any budget.
+func TestExpertGroupsSameBits(t *testing.T) {
+	c := midConfig()
+	src := testmodel.Random(c, 7)
+	var want []float32
+	for _, budget := range []int{512, 40, 9, 1} {
+		restore := model.SetMaxExpertRows(budget)
+		lm := mustModel(t, c, src)
+		got := script(t, lm, 9)
+		restore()
+		if want == nil {
+			want = got
+			continue
+		}
+		if d := testmodel.MaxAbsDiff(got, want); d != 0 {
+			t.Errorf("expert row budget %d: max |Δ| = %g against 512, want bit-identical", budget, d)
+		}
+	}
+}

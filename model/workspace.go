@@ -15,10 +15,14 @@ type workspace struct {
 	probs               []float32 // N×E
 	idx                 []int     // N×k
 	gate                []float32 // N×k
-	rows                []int     // N (rows routed to one expert)
-	rowGate             []float32 // N
-	xs, y               []float32 // N×D
-	h1, h2              []float32 // N×F
+	rows                []int     // N×k: rows grouped by expert
+	rowGate             []float32 // N×k
+	expertStart         []int     // E+1: where each expert's rows start in rows
+	expertFill          []int     // E
+	parts               []expertPart
+	capE                int       // rows of xs, y, h1 and h2
+	xs, y               []float32 // capE×D
+	h1, h2              []float32 // capE×F
 	logits              []float32 // rows×V
 	seqs                []attnSeq
 	outRows             []int      // rows of h whose logits are wanted
@@ -31,6 +35,8 @@ type workspace struct {
 	pool    *parallel.Pool
 	matJob  matTask
 	ffnJob  ffnTask
+	upJob   expertUpTask
+	downJob expertDownTask
 	ropeJob ropeTask
 	attnJob attnTask
 }
@@ -48,9 +54,14 @@ func (w *workspace) ensure(c *Config, N, S, threads int) {
 		w.k, w.v = make([]float32, N*kd), make([]float32, N*kd)
 		w.probs = make([]float32, N*E)
 		w.idx, w.gate = make([]int, N*k), make([]float32, N*k)
-		w.rows, w.rowGate = make([]int, 0, N*k), make([]float32, 0, N*k)
-		w.xs, w.y = make([]float32, N*D), make([]float32, N*D)
-		w.h1, w.h2 = make([]float32, N*c.FFNSize), make([]float32, N*c.FFNSize)
+		w.rows, w.rowGate = make([]int, N*k), make([]float32, N*k)
+		w.expertStart, w.expertFill = make([]int, E+1), make([]int, E)
+		w.parts = make([]expertPart, 0, E)
+		// The experts' rows of a call: N·k, up to maxExpertRows (long
+		// prompts run their experts in groups).
+		w.capE = max(N, min(N*k, maxExpertRows))
+		w.xs, w.y = make([]float32, w.capE*D), make([]float32, w.capE*D)
+		w.h1, w.h2 = make([]float32, w.capE*c.FFNSize), make([]float32, w.capE*c.FFNSize)
 		w.rowSeq = make([]int, N)
 		w.capN = N
 	}
@@ -61,6 +72,9 @@ func (w *workspace) ensure(c *Config, N, S, threads int) {
 		w.threads = threads
 	}
 }
+
+// maxExpertRows bounds the rows the MoE's buffers hold beyond N.
+var maxExpertRows = 512 // a variable for tests of the grouped path
 
 func (w *workspace) ensureLogits(rows, V int) []float32 {
 	if cap(w.logits) < rows*V {

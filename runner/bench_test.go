@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -11,19 +13,36 @@ import (
 	"github.com/grok-go/grok/sampler"
 )
 
-// BenchmarkEngine measures the engine alone (no HTTP) on the demo model:
-// one iteration runs `batch` requests of 32 tokens together (sampled at
-// temperature 0.8, as the server's throughput test does), and the
-// reported tok/s is their aggregate decoding speed. Set against the server's
-// figures (server/README.md) it shows what HTTP and streaming cost.
+// BenchmarkEngine measures the engine alone (no HTTP) on the demo model,
+// or on the model file named by $GROK_BENCH_MODEL (e.g. the "medium" model
+// of bench/README.md, fed a random 16-token prompt): one iteration runs
+// `batch` requests of 32 tokens together (sampled at temperature 0.8, as
+// the server's throughput test does), and the reported tok/s is their
+// aggregate decoding speed. Set against the server's figures
+// (server/README.md) it shows what HTTP and streaming cost.
 //
 //	go test ./runner -run '^$' -bench Engine -benchtime 5x
 func BenchmarkEngine(b *testing.B) {
-	m, err := loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
+	var m *loader.Model
+	var err error
+	var prompt []int
+	if path := os.Getenv("GROK_BENCH_MODEL"); path != "" {
+		m, err = loader.Open(path, loader.Options{})
+		rng := rand.New(rand.NewPCG(1, 1))
+		for range 16 {
+			if m != nil {
+				prompt = append(prompt, 1+rng.IntN(m.LanguageModel.Config.VocabSize-1))
+			}
+		}
+	} else {
+		m, err = loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
+		if err == nil {
+			prompt = m.Tokenizer.Encode("And God said")
+		}
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
-	prompt := m.Tokenizer.Encode("And God said")
 	for _, batch := range []int{1, 2, 4, 8, 16} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			e, err := New(m.LanguageModel, m.Tokenizer, Options{Slots: batch})
