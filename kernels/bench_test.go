@@ -138,3 +138,30 @@ func BenchmarkStreamRead(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkVec covers the vector functions over one attention row of 4096
+// scores (a long context) at every level, in bytes of the row per second.
+func BenchmarkVec(b *testing.B) {
+	x := randInputs(rand.New(rand.NewPCG(3, 3)), 1, 4096)
+	y := randInputs(rand.New(rand.NewPCG(4, 4)), 1, 4096)
+	buf := make([]float32, len(x))
+	for _, f := range []struct {
+		name string
+		run  func()
+	}{
+		{"Softcap", func() { Softcap(buf, 0.088, 30) }},
+		{"Softmax", func() { Softmax(buf) }},
+		{"GeluMul", func() { GeluMul(buf, buf, y) }},
+		{"Axpy", func() { Axpy(buf, 0.5, y) }},
+	} {
+		b.Run(f.name, func(b *testing.B) {
+			benchLevels(b, func(b *testing.B) {
+				b.SetBytes(int64(4 * len(x)))
+				for b.Loop() {
+					copy(buf, x)
+					f.run()
+				}
+			})
+		})
+	}
+}

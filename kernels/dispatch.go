@@ -45,6 +45,9 @@ type (
 	expSubKernel uint16
 	// scaleKernel: x[i] *= s over n vectors: (x *float32, n int, s float32).
 	scaleKernel uint16
+	// softcapKernel: x[i] = c·tanh(x[i]·mult/c) over n vectors, given
+	// m2c = -2/c: (x *float32, n int, mult, m2c, c float32).
+	softcapKernel uint16
 )
 
 // Weight kinds of the float kernels, in the generator's order.

@@ -11,6 +11,7 @@ package kernels
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/grok-go/grok/tensor"
 )
@@ -117,6 +118,15 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 	default:
 		ks.dotMatMul(dst, x, n, m, lo, hi)
 	}
+}
+
+// F32Mat returns float32 values, already in memory, as an F32 matrix of
+// Out×In (y = W·x) without copying them: Out rows of In values, or with
+// inOut set In rows of Out values. Attention uses it to multiply by its
+// key and value memory.
+func F32Mat(data []float32, out, in int, inOut bool) Mat {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 4*len(data))
+	return Mat{Type: tensor.F32, Out: out, In: in, Data: b, InOut: inOut}
 }
 
 // EmbeddingRow decodes row r of an [rows, cols] matrix of type t into dst.

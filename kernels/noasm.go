@@ -29,4 +29,6 @@ func (expSubKernel) call(x *float32, n int, m float32) float64 { panic(noKernels
 
 func (scaleKernel) call(x *float32, n int, s float32) { panic(noKernels) }
 
+func (softcapKernel) call(x *float32, n int, mult, m2c, c float32) { panic(noKernels) }
+
 const noKernels = "kernels: built without assembly"

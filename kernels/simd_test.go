@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/grok-go/grok/tensor"
@@ -480,6 +481,46 @@ func TestGeluMulLevels(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestSoftcapLevels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	var x []float32
+	for v := -400.0; v <= 400; v += 0.013 {
+		x = append(x, float32(v))
+	}
+	for i := 0; i < 10000; i++ {
+		x = append(x, float32(rng.NormFloat64()*20))
+	}
+	x = append(x, 0, float32(math.Copysign(0, -1)), 1e-30, -1e-30, 1e-6, -1e-6, 1e30, -1e30, float32(math.Inf(1)), float32(math.Inf(-1)))
+	for _, tc := range []struct{ mult, c float32 }{{0.08838835, 30}, {1, 30}, {0.25, 5}, {2, 0}} {
+		want := slices.Clone(x)
+		softcapRef(want, tc.mult, tc.c)
+		if tc.c <= 0 {
+			for i := range want {
+				want[i] = x[i] * tc.mult
+			}
+		}
+		forLevels(t, func(t *testing.T) {
+			var worst float64
+			for _, n := range []int{len(x), 1, 7, 15, 17, 33} {
+				got := slices.Clone(x[:n])
+				Softcap(got, tc.mult, tc.c)
+				for i := range got {
+					if got[i] == want[i] {
+						continue
+					}
+					d := math.Abs(float64(got[i] - want[i]))
+					tol := 0x1p-22*float64(tc.c) + 0x1p-21*math.Abs(float64(want[i]))
+					if !(d <= tol) {
+						t.Fatalf("mult %g, c %g: softcap(%g) = %g, want %g", tc.mult, tc.c, x[i], got[i], want[i])
+					}
+					worst = max(worst, d)
+				}
+			}
+			t.Logf("mult %g, c %g: max |Δ| %.3g", tc.mult, tc.c, worst)
+		})
+	}
 }
 
 func TestSoftmaxLevels(t *testing.T) {

@@ -14,6 +14,7 @@ type vecKernels struct {
 	max     maxKernel
 	expSub  expSubKernel
 	scale   scaleKernel
+	softcap softcapKernel
 }
 
 // vecWidth is the float32 lanes of the active level's vectors.
@@ -124,6 +125,39 @@ func softmaxRef(x []float32) {
 	inv := 1 / sum
 	for i := range x {
 		x[i] = float32(float64(x[i]) * inv)
+	}
+}
+
+// Softcap replaces each x[i] by the attention logit model.py makes of a
+// raw score (864-866): s = x[i]·mult, then c·tanh(s/c) when c > 0. The
+// reference evaluates tanh in float64; the SIMD versions use
+// tanh(y) = 2/(1 + e^(-2y)) - 1 with Softmax's exp polynomial, within
+// 2^-22·c + 2^-21·|result| of it (TestSoftcapLevels): at most about 1e-5
+// for Grok's c = 30, well inside the 1e-4 the logits are held to.
+func Softcap(x []float32, mult, c float32) {
+	ks := active
+	if c <= 0 {
+		for i := range x {
+			x[i] *= mult
+		}
+		return
+	}
+	if ks == nil {
+		softcapRef(x, mult, c)
+		return
+	}
+	V := ks.vecWidth()
+	nv := len(x) / V
+	if nv > 0 {
+		ks.vec.softcap.call(&x[0], nv, mult, -2/c, c)
+	}
+	softcapRef(x[nv*V:], mult, c)
+}
+
+func softcapRef(x []float32, mult, c float32) {
+	for i, v := range x {
+		s := v * mult
+		x[i] = c * float32(math.Tanh(float64(s/c)))
 	}
 }
 

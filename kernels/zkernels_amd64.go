@@ -287,6 +287,11 @@ func expSub_AVX2(x *float32, n int, m float32) (sum float64)
 //go:noescape
 func scale_AVX2(x *float32, n int, s float32)
 
+// softcap_AVX2 replaces each of n·8 float32s x[i] by c·tanh(x[i]·mult/c), given m2c = -2/c.
+//
+//go:noescape
+func softcap_AVX2(x *float32, n int, mult float32, m2c float32, c float32)
+
 // quantQ8_AVX512 quantises n blocks of 32 float32s at x to int8 quants at xq (32 bytes a block), scales at dx (8 copies a block) and -128·(sum of each 4 quants) at cr (8 a block).
 //
 //go:noescape
@@ -926,3 +931,8 @@ func expSub_AVX512(x *float32, n int, m float32) (sum float64)
 //
 //go:noescape
 func scale_AVX512(x *float32, n int, s float32)
+
+// softcap_AVX512 replaces each of n·16 float32s x[i] by c·tanh(x[i]·mult/c), given m2c = -2/c.
+//
+//go:noescape
+func softcap_AVX512(x *float32, n int, mult float32, m2c float32, c float32)

@@ -3301,6 +3301,65 @@ done:
 	VZEROUPPER
 	RET
 
+// func softcap_AVX2(x *float32, n int, mult float32, m2c float32, c float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·softcap_AVX2(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS mult+16(FP), Y0
+	VBROADCASTSS m2c+20(FP), Y1
+	VBROADCASTSS c+24(FP), Y2
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VMULPS       (AX), Y0, Y3
+	VMULPS       Y1, Y3, Y3
+	VMOVUPS      AVX2_explo87<>+0(SB), Y4
+	VMAXPS       Y3, Y4, Y4
+	VMOVUPS      AVX2_exphi88<>+0(SB), Y3
+	VMINPS       Y4, Y3, Y4
+	VMULPS       AVX2_log2e<>+0(SB), Y4, Y3
+	VROUNDPS     $0x08, Y3, Y3
+	VFNMADD231PS AVX2_ln2hi<>+0(SB), Y3, Y4
+	VFNMADD231PS AVX2_ln2lo<>+0(SB), Y3, Y4
+	VMOVUPS      AVX2_expc5<>+0(SB), Y5
+	VFMADD213PS  AVX2_expc4<>+0(SB), Y4, Y5
+	VFMADD213PS  AVX2_expc3<>+0(SB), Y4, Y5
+	VFMADD213PS  AVX2_expc2<>+0(SB), Y4, Y5
+	VFMADD213PS  AVX2_expc1<>+0(SB), Y4, Y5
+	VFMADD213PS  AVX2_expc0<>+0(SB), Y4, Y5
+	VMULPS       Y4, Y4, Y6
+	VFMADD213PS  Y4, Y6, Y5
+	VADDPS       AVX2_one<>+0(SB), Y5, Y5
+	VCVTPS2DQ    Y3, Y3
+	VPADDD       AVX2_i127<>+0(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VMULPS       Y3, Y5, Y5
+	VADDPS       AVX2_one<>+0(SB), Y5, Y5
+	VMOVUPS      AVX2_two<>+0(SB), Y3
+	VDIVPS       Y5, Y3, Y3
+	VSUBPS       AVX2_one<>+0(SB), Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (AX)
+	ADDQ         $0x00000020, AX
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX2_two<>+0(SB)/4, $0x40000000
+DATA AVX2_two<>+4(SB)/4, $0x40000000
+DATA AVX2_two<>+8(SB)/4, $0x40000000
+DATA AVX2_two<>+12(SB)/4, $0x40000000
+DATA AVX2_two<>+16(SB)/4, $0x40000000
+DATA AVX2_two<>+20(SB)/4, $0x40000000
+DATA AVX2_two<>+24(SB)/4, $0x40000000
+DATA AVX2_two<>+28(SB)/4, $0x40000000
+GLOBL AVX2_two<>(SB), RODATA|NOPTR, $32
+
 // func quantQ8_AVX512(x *float32, n int, xq *byte, dx *float32, cr *int32)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL
 TEXT ·quantQ8_AVX512(SB), NOSPLIT, $0-40
@@ -14625,3 +14684,67 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func softcap_AVX512(x *float32, n int, mult float32, m2c float32, c float32)
+// Requires: AVX, AVX512F
+TEXT ·softcap_AVX512(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS mult+16(FP), Z0
+	VBROADCASTSS m2c+20(FP), Z1
+	VBROADCASTSS c+24(FP), Z2
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VMULPS       (AX), Z0, Z3
+	VMULPS       Z1, Z3, Z3
+	VMOVUPS      AVX512_explo104<>+0(SB), Z4
+	VMAXPS       Z3, Z4, Z4
+	VMOVUPS      AVX512_exphi89<>+0(SB), Z3
+	VMINPS       Z4, Z3, Z4
+	VMULPS       AVX512_log2e<>+0(SB), Z4, Z3
+	VRNDSCALEPS  $0x08, Z3, Z3
+	VFNMADD231PS AVX512_ln2hi<>+0(SB), Z3, Z4
+	VFNMADD231PS AVX512_ln2lo<>+0(SB), Z3, Z4
+	VMOVUPS      AVX512_expc5<>+0(SB), Z5
+	VFMADD213PS  AVX512_expc4<>+0(SB), Z4, Z5
+	VFMADD213PS  AVX512_expc3<>+0(SB), Z4, Z5
+	VFMADD213PS  AVX512_expc2<>+0(SB), Z4, Z5
+	VFMADD213PS  AVX512_expc1<>+0(SB), Z4, Z5
+	VFMADD213PS  AVX512_expc0<>+0(SB), Z4, Z5
+	VMULPS       Z4, Z4, Z6
+	VFMADD213PS  Z4, Z6, Z5
+	VADDPS       AVX512_one<>+0(SB), Z5, Z5
+	VSCALEFPS    Z3, Z5, Z5
+	VADDPS       AVX512_one<>+0(SB), Z5, Z5
+	VMOVUPS      AVX512_two<>+0(SB), Z3
+	VDIVPS       Z5, Z3, Z3
+	VSUBPS       AVX512_one<>+0(SB), Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      Z3, (AX)
+	ADDQ         $0x00000040, AX
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX512_two<>+0(SB)/4, $0x40000000
+DATA AVX512_two<>+4(SB)/4, $0x40000000
+DATA AVX512_two<>+8(SB)/4, $0x40000000
+DATA AVX512_two<>+12(SB)/4, $0x40000000
+DATA AVX512_two<>+16(SB)/4, $0x40000000
+DATA AVX512_two<>+20(SB)/4, $0x40000000
+DATA AVX512_two<>+24(SB)/4, $0x40000000
+DATA AVX512_two<>+28(SB)/4, $0x40000000
+DATA AVX512_two<>+32(SB)/4, $0x40000000
+DATA AVX512_two<>+36(SB)/4, $0x40000000
+DATA AVX512_two<>+40(SB)/4, $0x40000000
+DATA AVX512_two<>+44(SB)/4, $0x40000000
+DATA AVX512_two<>+48(SB)/4, $0x40000000
+DATA AVX512_two<>+52(SB)/4, $0x40000000
+DATA AVX512_two<>+56(SB)/4, $0x40000000
+DATA AVX512_two<>+60(SB)/4, $0x40000000
+GLOBL AVX512_two<>(SB), RODATA|NOPTR, $64

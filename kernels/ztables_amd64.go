@@ -646,6 +646,22 @@ func (k scaleKernel) call(x *float32, n int, s float32) {
 	}
 }
 
+const (
+	k_softcap_AVX2 softcapKernel = iota + 1
+	k_softcap_AVX512
+)
+
+func (k softcapKernel) call(x *float32, n int, mult, m2c, c float32) {
+	switch k {
+	case k_softcap_AVX2:
+		softcap_AVX2(x, n, mult, m2c, c)
+	case k_softcap_AVX512:
+		softcap_AVX512(x, n, mult, m2c, c)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
 const quantAVX2 = k_quantQ8_AVX2
 
 var dotAVX2 = [...]dotFamily{
@@ -668,7 +684,7 @@ var inoutAVX2 = [...]inoutFamily{
 	wkI8:   {K: 4, T: 2, V: 8, full: []inoutKernel{k_inoutI8_4x1_AVX2, k_inoutI8_4x2_AVX2}, one: []inoutKernel{k_inoutI8_1x1_AVX2, k_inoutI8_1x2_AVX2}},
 }
 
-var vecAVX2 = vecKernels{axpy: k_axpy_AVX2, geluMul: k_geluMul_AVX2, max: k_max_AVX2, expSub: k_expSub_AVX2, scale: k_scale_AVX2}
+var vecAVX2 = vecKernels{axpy: k_axpy_AVX2, geluMul: k_geluMul_AVX2, max: k_max_AVX2, expSub: k_expSub_AVX2, scale: k_scale_AVX2, softcap: k_softcap_AVX2}
 
 const quantAVX512 = k_quantQ8_AVX512
 
@@ -692,4 +708,4 @@ var inoutAVX512 = [...]inoutFamily{
 	wkI8:   {K: 4, T: 6, V: 16, full: []inoutKernel{k_inoutI8_4x1_AVX512, k_inoutI8_4x2_AVX512, k_inoutI8_4x3_AVX512, k_inoutI8_4x4_AVX512, k_inoutI8_4x5_AVX512, k_inoutI8_4x6_AVX512}, one: []inoutKernel{k_inoutI8_1x1_AVX512, k_inoutI8_1x2_AVX512, k_inoutI8_1x3_AVX512, k_inoutI8_1x4_AVX512, k_inoutI8_1x5_AVX512, k_inoutI8_1x6_AVX512}},
 }
 
-var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512}
+var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512, softcap: k_softcap_AVX512}

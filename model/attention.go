@@ -54,49 +54,57 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 	ws.matmul(o, N, 0, []*Linear{&a.Linear}, dst)
 }
 
-// attendHead computes one query head's output over keys 0..len(scores)-1.
+// attendGroup computes, for one query token, the outputs o of the G query
+// heads q that share one kv head, over that head's keys and values km, vm
+// ([SeqLen][K]); the token sees rows 0..len(ok)-1, and ok[j] says whether
+// key j is a real token (not a pad). scores is scratch of G·len(ok).
+//
 // Scores are q·k (no 1/√K) × attn_output_multiplier, then cap·tanh(s/cap),
 // masked keys get -1e30 and the softmax is fp32 (model.py 860-876). A masked
 // key's weight exp(-1e30 - max) is exactly 0 whenever one key is visible, so
-// masked keys are skipped. If every visible key is masked (a pad token whose
-// causal window holds only pads), model.py would spread the weight uniformly
-// over all memory slots, a value that depends on the memory size; we define
-// the output as zero instead (tested in attention_test.go).
-func (a *MultiHeadAttention) attendHead(oh, qh, km, vm []float32, ok []bool, scores []float32, kvh, kd int) {
-	K := a.KeySize
-	off := kvh * K
-	maxS := float32(math.Inf(-1))
-	any := false
-	for j := range scores {
-		if !ok[j] {
-			continue
-		}
-		s := kernels.Dot(qh, km[j*kd+off:j*kd+off+K]) * a.AttnOutputMultiplier
-		if c := a.AttnLogitCap; c > 0 {
-			s = c * float32(math.Tanh(float64(s/c)))
-		}
-		scores[j] = s
-		if s > maxS {
-			maxS = s
-		}
-		any = true
+// masked keys get weight 0 here too. If every visible key is masked (a pad
+// token whose causal window holds only pads), model.py would spread the
+// weight uniformly over all memory slots, a value that depends on the memory
+// size; we define the output as zero instead (tested in attention_test.go).
+//
+// The G heads go through both products together, as G "tokens" of the
+// matrix kernels: the keys are read once, as the weights of scores = q·Kᵀ,
+// and the values once, as the [in, out] weights of o = p·V. Each score and
+// each output element comes out of the same kernel arithmetic whatever the
+// batch, so a token's attention does not depend on what else runs.
+func (a *MultiHeadAttention) attendGroup(o, q, km, vm []float32, ok []bool, scores []float32) {
+	K, n := a.KeySize, len(ok)
+	G := len(q) / K
+	visible, masked := false, false
+	for _, v := range ok {
+		visible = visible || v
+		masked = masked || !v
 	}
-	clear(oh)
-	if !any {
+	if !visible {
+		clear(o)
 		return
 	}
-	var sum float64
-	for j := range scores {
-		if ok[j] {
-			e := math.Exp(float64(scores[j] - maxS))
-			scores[j] = float32(e)
-			sum += e
+	keys := kernels.F32Mat(km[:n*K], n, K, false)
+	kernels.MatMulRows(scores, q, G, &keys, 0, n)
+	for g := 0; g < G; g++ {
+		row := scores[g*n : (g+1)*n]
+		kernels.Softcap(row, a.AttnOutputMultiplier, a.AttnLogitCap)
+		if masked {
+			for j, v := range ok {
+				if !v {
+					row[j] = float32(math.Inf(-1))
+				}
+			}
+		}
+		kernels.Softmax(row)
+		if masked {
+			for j, v := range ok {
+				if !v {
+					row[j] = 0
+				}
+			}
 		}
 	}
-	inv := float32(1 / sum)
-	for j := range scores {
-		if ok[j] {
-			kernels.Axpy(oh, scores[j]*inv, vm[j*kd+off:j*kd+off+K])
-		}
-	}
+	vals := kernels.F32Mat(vm[:n*K], K, n, true)
+	kernels.MatMulRows(o, scores, G, &vals, 0, K)
 }

@@ -16,7 +16,7 @@ import (
 type KVMemory struct {
 	Slots, SeqLen, KVHeads, KeySize int
 
-	k, v  [][]float32 // per layer: [slot][row][kv head][K]
+	k, v  [][]float32 // per layer: [slot][kv head][row][K]
 	step  []int       // per slot
 	keyOK [][]bool    // per slot, per row: token > pad_token
 }
@@ -73,8 +73,11 @@ func (m *KVMemory) Truncate(slot, n int) error {
 	return nil
 }
 
-// rows returns layer l's key and value rows of a slot: [SeqLen][KVHeads·K].
-func (m *KVMemory) rows(l, slot int) (k, v []float32) {
-	n := m.SeqLen * m.KVHeads * m.KeySize
-	return m.k[l][slot*n : (slot+1)*n], m.v[l][slot*n : (slot+1)*n]
+// head returns layer l's keys and values of one kv head of a slot:
+// [SeqLen][K] each. A head's rows are contiguous, so attention reads them
+// as one matrix (the scores' weights, then the output's).
+func (m *KVMemory) head(l, slot, kvh int) (k, v []float32) {
+	n := m.SeqLen * m.KeySize
+	o := (slot*m.KVHeads + kvh) * n
+	return m.k[l][o : o+n], m.v[l][o : o+n]
 }

@@ -204,7 +204,6 @@ func (t *ropeTask) Run(worker, lo, hi int) {
 	for r := lo; r < hi; r++ {
 		s := ws.seqs[ws.rowSeq[r]]
 		pos := s.start + r - s.row
-		km, vm := t.mem.rows(t.layer, s.slot)
 		// RoPE on q and k before the cache write (model.py 801-844); one
 		// table serves the token's q and k heads.
 		kernels.RopeTables(cos, sin, pos, a.Rotary.Base, K)
@@ -213,9 +212,10 @@ func (t *ropeTask) Run(worker, lo, hi int) {
 		}
 		for h := 0; h < Hkv; h++ {
 			kernels.Rope(t.k[r*kd+h*K:r*kd+(h+1)*K], cos, sin)
+			km, vm := t.mem.head(t.layer, s.slot, h)
+			copy(km[pos*K:(pos+1)*K], t.k[r*kd+h*K:])
+			copy(vm[pos*K:(pos+1)*K], t.v[r*kd+h*K:])
 		}
-		copy(km[pos*kd:(pos+1)*kd], t.k[r*kd:(r+1)*kd])
-		copy(vm[pos*kd:(pos+1)*kd], t.v[r*kd:(r+1)*kd])
 	}
 }
 
@@ -239,20 +239,16 @@ type attnTask struct {
 func (t *attnTask) Run(worker, lo, hi int) {
 	a, ws := t.a, t.ws
 	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
-	qd, kd, G := Hq*K, Hkv*K, Hq/Hkv
-	scratch := t.scores[worker*t.S : (worker+1)*t.S]
+	qd, G := Hq*K, Hq/Hkv
+	scratch := t.scores[worker*G*t.S : (worker+1)*G*t.S]
 	for _, it := range ws.items[lo:hi] {
 		s := ws.seqs[it.seq]
-		km, vm := t.mem.rows(t.layer, s.slot)
+		km, vm := t.mem.head(t.layer, s.slot, it.kvh)
 		ok := t.mem.keyOK[s.slot]
 		for tok := it.t0; tok < it.t1; tok++ {
 			pos, r := s.start+tok, s.row+tok
-			scores := scratch[:pos+1]
-			for h := it.kvh * G; h < (it.kvh+1)*G; h++ {
-				qh := t.q[r*qd+h*K : r*qd+(h+1)*K]
-				oh := t.o[r*qd+h*K : r*qd+(h+1)*K]
-				a.attendHead(oh, qh, km, vm, ok, scores, it.kvh, kd)
-			}
+			h0 := r*qd + it.kvh*G*K // the G query heads of this kv head
+			a.attendGroup(t.o[h0:h0+G*K], t.q[h0:h0+G*K], km, vm, ok[:pos+1], scratch[:G*(pos+1)])
 		}
 	}
 }

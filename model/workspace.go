@@ -11,7 +11,7 @@ type workspace struct {
 	q, o                []float32 // N×Hq·K
 	k, v                []float32 // N×Hkv·K
 	cos, sin            []float32 // per thread: K/2
-	scores              []float32 // per thread: S
+	scores              []float32 // per thread: G×S (G query heads a kv head)
 	probs               []float32 // N×E
 	idx                 []int     // N×k
 	gate                []float32 // N×k
@@ -67,7 +67,7 @@ func (w *workspace) ensure(c *Config, N, S, threads int) {
 	}
 	if S > w.capS || threads != w.threads {
 		w.capS = max(S, w.capS)
-		w.scores = make([]float32, threads*w.capS)
+		w.scores = make([]float32, threads*c.NumQHeads/max(c.NumKVHeads, 1)*w.capS)
 		w.cos, w.sin = make([]float32, threads*c.KeySize/2), make([]float32, threads*c.KeySize/2)
 		w.threads = threads
 	}

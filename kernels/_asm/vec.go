@@ -16,6 +16,7 @@ var (
 	maxGroup     = newGroup("maxKernel", "x *float32, n int) (m float32", "x, n")
 	expSubGroup  = newGroup("expSubKernel", "x *float32, n int, m float32) (sum float64", "x, n, m")
 	scaleGroup   = newGroup("scaleKernel", "x *float32, n int, s float32", "x, n, s")
+	softcapGroup = newGroup("softcapKernel", "x *float32, n int, mult, m2c, c float32", "x, n, mult, m2c, c")
 )
 
 // genVec emits the vector functions of one arch and returns the Go table
@@ -27,6 +28,7 @@ func genVec(a arch) string {
 		"max: " + maxGroup.add(genMax(a)),
 		"expSub: " + expSubGroup.add(genExpSub(a)),
 		"scale: " + scaleGroup.add(genScale(a)),
+		"softcap: " + softcapGroup.add(genSoftcap(a)),
 	}
 	return strings.Join(fields, ", ")
 }
@@ -278,6 +280,44 @@ func genScale(a arch) string {
 	v := a.vec()
 	VMULPS(Mem{Base: x}, sv, v)
 	VMOVUPS(v, Mem{Base: x})
+	ADDQ(U32(4*a.V), x)
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+	return name
+}
+
+// genSoftcap: x[i] = c·tanh(x[i]·mult/c) for n vectors (the attention
+// logits' scale and cap, model.py 864-866), through tanh(y) = 2/(1 + e^(-2y))
+// - 1 with k = -2/c: s = x·mult, e = e^(s·k), x = c·(2/(1 + e) - 1). For
+// s·k → +∞ the exp saturates and the result goes to -c, for s·k → -∞ to c.
+func genSoftcap(a arch) string {
+	name := "softcap_" + a.name
+	TEXT(name, NOSPLIT, "func(x *float32, n int, mult, m2c, c float32)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s replaces each of n·%d float32s x[i] by c·tanh(x[i]·mult/c), given m2c = -2/c.", name, a.V))
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	mv, kv, cv := a.vec(), a.vec(), a.vec()
+	VBROADCASTSS(NewParamAddr("mult", 16), mv)
+	VBROADCASTSS(NewParamAddr("m2c", 20), kv)
+	VBROADCASTSS(NewParamAddr("c", 24), cv)
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v := a.vec()
+	VMULPS(Mem{Base: x}, mv, v)
+	VMULPS(kv, v, v)
+	e := a.exp(v)
+	VADDPS(a.constVec("one", math.Float32bits(1)), e, e)
+	two := a.vec()
+	VMOVUPS(a.constVec("two", math.Float32bits(2)), two)
+	VDIVPS(e, two, two) // 2/(1 + e)
+	VSUBPS(a.constVec("one", math.Float32bits(1)), two, two)
+	VMULPS(cv, two, two)
+	VMOVUPS(two, Mem{Base: x})
 	ADDQ(U32(4*a.V), x)
 	DECQ(n)
 	JNZ(LabelRef("loop"))
