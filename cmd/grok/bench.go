@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
+	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
@@ -56,8 +58,13 @@ type benchResult struct {
 	Bytes         model.StepBytes `json:"bytes_breakdown"`
 	AchievedGBs   float64         `json:"achieved_gb_s"`  // bytes/token × decode tok/s
 	BandwidthGBs  float64         `json:"bandwidth_gb_s"` // streaming read, same threads, same run, best pass
-	BandwidthMB   int             `json:"bandwidth_buffer_mb"`
-	RooflineRatio float64         `json:"roofline_ratio"` // achieved / bandwidth
+	// WeightsReadGBs is the same read loop over the model's mapped tensor
+	// bytes (GGUF only), best of two passes after the runs. Well below
+	// BandwidthGBs, it means the page cache serves this file's pages slowly
+	// (seen on these VMs for a file fresh from a writer; a copy was fast).
+	WeightsReadGBs float64 `json:"weights_read_gb_s,omitempty"`
+	BandwidthMB    int     `json:"bandwidth_buffer_mb"`
+	RooflineRatio  float64 `json:"roofline_ratio"` // achieved / bandwidth
 	// PairedRatio is the median over reps of each rep's decode GB/s over
 	// the best read pass next to it: steadier than RooflineRatio when other
 	// processes load the machine unevenly.
@@ -253,6 +260,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	res.BandwidthGBs = meter.bestGBs
 	meter.free()
+	if m.GGUF != nil {
+		res.WeightsReadGBs = weightsReadGBs(pool, m.GGUF)
+	}
 	res.RSSRunMB = rssMB()
 	res.PrefillTokS = median(res.PrefillRuns)
 	res.DecodeTokS = median(res.DecodeRuns)
@@ -291,6 +301,41 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 		fmt.Fprintf(w, "; paired with the passes beside each run: %.2f", r.PairedRatio)
 	}
 	fmt.Fprintln(w)
+	if r.WeightsReadGBs > 0 {
+		fmt.Fprintf(w, "weights   the same read loop over the mapped tensors: %.2f GB/s (%.2f of the buffer's)\n", r.WeightsReadGBs, r.WeightsReadGBs/r.BandwidthGBs)
+		if r.WeightsReadGBs < 0.6*r.BandwidthGBs {
+			fmt.Fprintf(w, "warning   the page cache serves this file's pages slowly, so decode cannot reach the roofline; a fresh copy of the file (cp) has been fast on these machines\n")
+		}
+	}
+}
+
+// weightsReadGBs runs the read meter's loop over every tensor of the mapped
+// GGUF file, twice, and returns the better pass in GB/s.
+func weightsReadGBs(pool *parallel.Pool, f *gguf.File) float64 {
+	var bufs [][]uint64
+	var total int
+	for _, ti := range f.Tensors {
+		b, ok := f.TensorBytes(ti.Name)
+		if !ok || len(b) < 8 || uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+			continue
+		}
+		bufs = append(bufs, unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), len(b)/8))
+		total += len(b) / 8 * 8
+	}
+	if total == 0 {
+		return 0
+	}
+	t := readTask{sums: make([]uint64, 8*pool.Threads())}
+	best := time.Duration(1<<63 - 1)
+	for range 2 {
+		t0 := time.Now()
+		for _, b := range bufs {
+			t.buf = b
+			pool.Run(len(b), 1024, &t)
+		}
+		best = min(best, time.Since(t0))
+	}
+	return float64(total) / best.Seconds() / 1e9
 }
 
 func runsList(v []float64) string {

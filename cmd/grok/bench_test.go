@@ -126,6 +126,9 @@ func TestBenchMakeModel(t *testing.T) {
 	if r.Type != "Q8_0" || r.Bytes.ExpertsPerLayer != 2 {
 		t.Errorf("bench of the Q8_0 model: type %s, %d experts per layer", r.Type, r.Bytes.ExpertsPerLayer)
 	}
+	if !(r.WeightsReadGBs > 0) {
+		t.Errorf("bench of a GGUF file reports no read pass over its weights (weights_read_gb_s %v)", r.WeightsReadGBs)
+	}
 }
 
 func TestBenchErrors(t *testing.T) {
