@@ -115,7 +115,7 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	for t := 0; t < n; t++ {
 		clear(dst[t*Out+lo : t*Out+hi])
 	}
-	var tail [4][32]float32 // decoded weights past the last whole step
+	var tail [4][64]float32 // decoded weights past the last whole step
 	forTiles(n, fam.T, lo, hi, fam.R, shards, seg, chunk(n, seg, 4, fam.E), func(s, c0, c1, r0, R int) {
 		k0, k1 := s*seg+c0, s*seg+c1
 		steps := (k1 - k0) / fam.E

@@ -18,7 +18,7 @@ type vecKernels struct {
 }
 
 // vecWidth is the float32 lanes of the active level's vectors.
-func (ks *kernelSet) vecWidth() int { return ks.dot[wkF32].E }
+func (ks *kernelSet) vecWidth() int { return ks.inout[wkF32].V }
 
 // Dot returns Σ a[i]·b[i] over len(a) elements in float32. The SIMD
 // versions keep one partial sum per vector lane and add them pairwise at

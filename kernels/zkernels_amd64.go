@@ -12,112 +12,112 @@ func cpuid(leaf uint32, sub uint32) (a uint32, b uint32, c uint32, d uint32)
 //go:noescape
 func quantQ8_AVX2(x *float32, n int, xq *byte, dx *float32, cr *int32)
 
-// dotF32_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 8 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_2x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_2x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_2x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_2x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_2x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_2x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_2x3_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_2x3_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_2x3_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x3_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x3_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x3_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -357,232 +357,232 @@ func dotF32_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float3
 //go:noescape
 func dotF32_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)

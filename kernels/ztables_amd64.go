@@ -665,11 +665,11 @@ func (k softcapKernel) call(x *float32, n int, mult, m2c, c float32) {
 const quantAVX2 = k_quantQ8_AVX2
 
 var dotAVX2 = [...]dotFamily{
-	wkF32:  {R: 4, T: 2, E: 8, full: []dotKernel{k_dotF32_4x1_AVX2, k_dotF32_4x2_AVX2}, one: []dotKernel{k_dotF32_1x1_AVX2, k_dotF32_1x2_AVX2}},
-	wkF16:  {R: 4, T: 2, E: 8, full: []dotKernel{k_dotF16_4x1_AVX2, k_dotF16_4x2_AVX2}, one: []dotKernel{k_dotF16_1x1_AVX2, k_dotF16_1x2_AVX2}},
-	wkBF16: {R: 4, T: 2, E: 8, full: []dotKernel{k_dotBF16_4x1_AVX2, k_dotBF16_4x2_AVX2}, one: []dotKernel{k_dotBF16_1x1_AVX2, k_dotBF16_1x2_AVX2}},
-	wkI8:   {R: 4, T: 2, E: 8, full: []dotKernel{k_dotI8_4x1_AVX2, k_dotI8_4x2_AVX2}, one: []dotKernel{k_dotI8_1x1_AVX2, k_dotI8_1x2_AVX2}},
-	wkQ8:   {R: 2, T: 3, E: 32, full: []dotKernel{k_dotQ8_2x1_AVX2, k_dotQ8_2x2_AVX2, k_dotQ8_2x3_AVX2}, one: []dotKernel{k_dotQ8_1x1_AVX2, k_dotQ8_1x2_AVX2, k_dotQ8_1x3_AVX2}},
+	wkF32:  {R: 4, T: 2, E: 16, full: []dotKernel{k_dotF32_4x1_AVX2, k_dotF32_4x2_AVX2}, one: []dotKernel{k_dotF32_1x1_AVX2, k_dotF32_1x2_AVX2}},
+	wkF16:  {R: 4, T: 2, E: 32, full: []dotKernel{k_dotF16_4x1_AVX2, k_dotF16_4x2_AVX2}, one: []dotKernel{k_dotF16_1x1_AVX2, k_dotF16_1x2_AVX2}},
+	wkBF16: {R: 4, T: 2, E: 32, full: []dotKernel{k_dotBF16_4x1_AVX2, k_dotBF16_4x2_AVX2}, one: []dotKernel{k_dotBF16_1x1_AVX2, k_dotBF16_1x2_AVX2}},
+	wkI8:   {R: 4, T: 2, E: 64, full: []dotKernel{k_dotI8_4x1_AVX2, k_dotI8_4x2_AVX2}, one: []dotKernel{k_dotI8_1x1_AVX2, k_dotI8_1x2_AVX2}},
+	wkQ8:   {R: 2, T: 3, E: 64, full: []dotKernel{k_dotQ8_2x1_AVX2, k_dotQ8_2x2_AVX2, k_dotQ8_2x3_AVX2}, one: []dotKernel{k_dotQ8_1x1_AVX2, k_dotQ8_1x2_AVX2, k_dotQ8_1x3_AVX2}},
 }
 
 var intAVX2 = [...]intFamily{
@@ -690,10 +690,10 @@ const quantAVX512 = k_quantQ8_AVX512
 
 var dotAVX512 = [...]dotFamily{
 	wkF32:  {R: 4, T: 6, E: 16, full: []dotKernel{k_dotF32_4x1_AVX512, k_dotF32_4x2_AVX512, k_dotF32_4x3_AVX512, k_dotF32_4x4_AVX512, k_dotF32_4x5_AVX512, k_dotF32_4x6_AVX512}, one: []dotKernel{k_dotF32_1x1_AVX512, k_dotF32_1x2_AVX512, k_dotF32_1x3_AVX512, k_dotF32_1x4_AVX512, k_dotF32_1x5_AVX512, k_dotF32_1x6_AVX512}},
-	wkF16:  {R: 4, T: 6, E: 16, full: []dotKernel{k_dotF16_4x1_AVX512, k_dotF16_4x2_AVX512, k_dotF16_4x3_AVX512, k_dotF16_4x4_AVX512, k_dotF16_4x5_AVX512, k_dotF16_4x6_AVX512}, one: []dotKernel{k_dotF16_1x1_AVX512, k_dotF16_1x2_AVX512, k_dotF16_1x3_AVX512, k_dotF16_1x4_AVX512, k_dotF16_1x5_AVX512, k_dotF16_1x6_AVX512}},
-	wkBF16: {R: 4, T: 6, E: 16, full: []dotKernel{k_dotBF16_4x1_AVX512, k_dotBF16_4x2_AVX512, k_dotBF16_4x3_AVX512, k_dotBF16_4x4_AVX512, k_dotBF16_4x5_AVX512, k_dotBF16_4x6_AVX512}, one: []dotKernel{k_dotBF16_1x1_AVX512, k_dotBF16_1x2_AVX512, k_dotBF16_1x3_AVX512, k_dotBF16_1x4_AVX512, k_dotBF16_1x5_AVX512, k_dotBF16_1x6_AVX512}},
-	wkI8:   {R: 4, T: 6, E: 16, full: []dotKernel{k_dotI8_4x1_AVX512, k_dotI8_4x2_AVX512, k_dotI8_4x3_AVX512, k_dotI8_4x4_AVX512, k_dotI8_4x5_AVX512, k_dotI8_4x6_AVX512}, one: []dotKernel{k_dotI8_1x1_AVX512, k_dotI8_1x2_AVX512, k_dotI8_1x3_AVX512, k_dotI8_1x4_AVX512, k_dotI8_1x5_AVX512, k_dotI8_1x6_AVX512}},
-	wkQ8:   {R: 4, T: 5, E: 32, full: []dotKernel{k_dotQ8_4x1_AVX512, k_dotQ8_4x2_AVX512, k_dotQ8_4x3_AVX512, k_dotQ8_4x4_AVX512, k_dotQ8_4x5_AVX512}, one: []dotKernel{k_dotQ8_1x1_AVX512, k_dotQ8_1x2_AVX512, k_dotQ8_1x3_AVX512, k_dotQ8_1x4_AVX512, k_dotQ8_1x5_AVX512}},
+	wkF16:  {R: 4, T: 6, E: 32, full: []dotKernel{k_dotF16_4x1_AVX512, k_dotF16_4x2_AVX512, k_dotF16_4x3_AVX512, k_dotF16_4x4_AVX512, k_dotF16_4x5_AVX512, k_dotF16_4x6_AVX512}, one: []dotKernel{k_dotF16_1x1_AVX512, k_dotF16_1x2_AVX512, k_dotF16_1x3_AVX512, k_dotF16_1x4_AVX512, k_dotF16_1x5_AVX512, k_dotF16_1x6_AVX512}},
+	wkBF16: {R: 4, T: 6, E: 32, full: []dotKernel{k_dotBF16_4x1_AVX512, k_dotBF16_4x2_AVX512, k_dotBF16_4x3_AVX512, k_dotBF16_4x4_AVX512, k_dotBF16_4x5_AVX512, k_dotBF16_4x6_AVX512}, one: []dotKernel{k_dotBF16_1x1_AVX512, k_dotBF16_1x2_AVX512, k_dotBF16_1x3_AVX512, k_dotBF16_1x4_AVX512, k_dotBF16_1x5_AVX512, k_dotBF16_1x6_AVX512}},
+	wkI8:   {R: 4, T: 6, E: 64, full: []dotKernel{k_dotI8_4x1_AVX512, k_dotI8_4x2_AVX512, k_dotI8_4x3_AVX512, k_dotI8_4x4_AVX512, k_dotI8_4x5_AVX512, k_dotI8_4x6_AVX512}, one: []dotKernel{k_dotI8_1x1_AVX512, k_dotI8_1x2_AVX512, k_dotI8_1x3_AVX512, k_dotI8_1x4_AVX512, k_dotI8_1x5_AVX512, k_dotI8_1x6_AVX512}},
+	wkQ8:   {R: 4, T: 5, E: 64, full: []dotKernel{k_dotQ8_4x1_AVX512, k_dotQ8_4x2_AVX512, k_dotQ8_4x3_AVX512, k_dotQ8_4x4_AVX512, k_dotQ8_4x5_AVX512}, one: []dotKernel{k_dotQ8_1x1_AVX512, k_dotQ8_1x2_AVX512, k_dotQ8_1x3_AVX512, k_dotQ8_1x4_AVX512, k_dotQ8_1x5_AVX512}},
 }
 
 var intVNNI = [...]intFamily{

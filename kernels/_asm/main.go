@@ -82,7 +82,7 @@ func main() {
 				one = append(one, dotGroup.add(dotName(a, k, 1, T)))
 			}
 			fmt.Fprintf(&tb, "\twk%s: {R: %d, T: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}},\n",
-				k, s.R, s.T, stepElems(a, k), strings.Join(full, ", "), strings.Join(one, ", "))
+				k, s.R, s.T, dotStepElems(a, k), strings.Join(full, ", "), strings.Join(one, ", "))
 		}
 		fmt.Fprintf(&tb, "}\n")
 
