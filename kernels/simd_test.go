@@ -591,6 +591,41 @@ func TestMatMulRowsConcurrent(t *testing.T) {
 	}
 }
 
+// A token's outputs are the same bits whether it is multiplied alone (the
+// one-token decode kernels) or among other tokens (the tiled kernels), as
+// long as the batch's activations fit one cache block (no k-chunking): the
+// model's "a batch equals each sequence alone" rests on it.
+func TestTokenAloneEqualsInBatch(t *testing.T) {
+	defer setExactQuant(true)()
+	forLevels(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(21, 22))
+		for _, c := range []matCase{
+			{dt: tensor.F32, n: 13, out: 67, in: 100},
+			{dt: tensor.F16, n: 7, out: 40, in: 200},
+			{dt: tensor.BF16, n: 5, out: 33, in: 70},
+			{dt: tensor.Q8_0, n: 11, out: 50, in: 160},
+			{dt: tensor.I8, n: 6, out: 45, in: 90, shards: 3},
+			{dt: tensor.I8, inOut: true, n: 8, out: 70, in: 150, shards: 2},
+			{dt: tensor.F16, inOut: true, n: 3, out: 33, in: 77},
+			{dt: tensor.F32, inOut: true, n: 9, out: 130, in: 41},
+		} {
+			tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, max(c.shards, 1), 0)
+			x := randInputs(rng, c.n, c.in)
+			batch := make([]float32, c.n*c.out)
+			MatMul(batch, x, c.n, &tm.m)
+			one := make([]float32, c.out)
+			for tok := 0; tok < c.n; tok++ {
+				MatMul(one, x[tok*c.in:(tok+1)*c.in], 1, &tm.m)
+				for i, v := range one {
+					if w := batch[tok*c.out+i]; math.Float32bits(v) != math.Float32bits(w) {
+						t.Fatalf("%v: token %d output %d alone = %g, in the batch %g", c, tok, i, v, w)
+					}
+				}
+			}
+		}
+	})
+}
+
 func TestSetVariant(t *testing.T) {
 	prev := Variant()
 	defer SetVariant(prev)
