@@ -281,10 +281,7 @@ func (ks *kernelSet) inoutMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 				if s == 0 {
 					clear(d)
 				}
-				sc := m.Scales[s*Out+p0 : s*Out+p0+pw]
-				for c := range d {
-					d[c] += sc[c] * a[c]
-				}
+				addScaled(d, m.Scales[s*Out+p0:s*Out+p0+pw], a)
 			}
 		}
 	}

@@ -110,10 +110,7 @@ func matMulInOutRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 			d := dst[i*Out+lo : i*Out+hi]
 			a := acc[i*w : (i+1)*w]
 			if m.Type == tensor.I8 {
-				sc := m.Scales[s*Out+lo : s*Out+hi]
-				for c := range d {
-					d[c] += sc[c] * a[c]
-				}
+				addScaled(d, m.Scales[s*Out+lo:s*Out+hi], a)
 			} else {
 				for c := range d {
 					d[c] += a[c]

@@ -626,6 +626,43 @@ func TestTokenAloneEqualsInBatch(t *testing.T) {
 	})
 }
 
+// MatMulShard and CombineShards give MatMulRows' bits for int8 [in, out]
+// matrices with several scale shards, on every level, whatever the column
+// range of the combine.
+func TestShardsEqualMatMulRows(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(23, 24))
+		for _, c := range []matCase{
+			{dt: tensor.I8, inOut: true, n: 1, out: 70, in: 96, shards: 4},
+			{dt: tensor.I8, inOut: true, n: 3, out: 64, in: 90, shards: 3},
+			{dt: tensor.I8, inOut: true, n: 17, out: 33, in: 160, shards: 8},
+			{dt: tensor.I8, inOut: true, n: 2, out: 130, in: 6, shards: 2},
+		} {
+			tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, c.shards, 0)
+			if tm.m.ShardParts() != c.shards {
+				t.Fatalf("%v: ShardParts %d", c, tm.m.ShardParts())
+			}
+			x := randInputs(rng, c.n, c.in)
+			want := make([]float32, c.n*c.out)
+			MatMul(want, x, c.n, &tm.m)
+			parts := make([][]float32, c.shards)
+			for s := range parts {
+				parts[s] = make([]float32, c.n*c.out)
+				MatMulShard(parts[s], x, c.n, &tm.m, s)
+			}
+			got := make([]float32, len(want))
+			for lo := 0; lo < c.out; lo += 16 {
+				CombineShards(got, parts, c.n, &tm.m, lo, min(lo+16, c.out))
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%v: output %d by shards %g, MatMulRows %g", c, i, got[i], want[i])
+				}
+			}
+		}
+	})
+}
+
 func TestSetVariant(t *testing.T) {
 	prev := Variant()
 	defer SetVariant(prev)

@@ -99,12 +99,35 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, F int, ws *work
 		parts[i].off = off
 		off = alignUp(off + F)
 	}
+	rows := 0
+	for i := range parts {
+		rows += len(parts[i].rows)
+	}
 	up := &ws.upJob
 	*up = expertUpTask{m: m, parts: parts}
-	ws.pool.Run(off, parallel.DefaultAlign, up)
+	ws.pool.Run(off, ws.align(m.Linear[0].W.InOut, rows, off), up)
 	*up = expertUpTask{}
+	if w1 := &m.Linear1[0].W; ws.sharded(w1, rows) {
+		// Decoding an xAI checkpoint: linear_1 by shard, then combined in
+		// the loop over D below.
+		S := w1.Shards
+		sp := ws.sparts[:0]
+		for i := range parts {
+			c := len(parts[i].rows)
+			parts[i].shards = ws.expertShards(i, S, c*w1.Out)
+			sp = append(sp, &parts[i])
+		}
+		sh := &ws.eshardJob
+		*sh = expertShardTask{m: m, parts: sp, S: S}
+		ws.pool.Run(len(sp)*S, 1, sh)
+		*sh = expertShardTask{}
+		ws.sparts = sp[:0]
+	}
 	down := &ws.downJob
 	*down = expertDownTask{m: m, parts: parts, dst: dst}
 	ws.pool.Run(m.Linear1[0].W.Out, parallel.DefaultAlign, down)
 	*down = expertDownTask{}
+	for i := range parts {
+		parts[i].shards = nil
+	}
 }

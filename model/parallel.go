@@ -89,8 +89,99 @@ func (ws *workspace) matmul(x []float32, n int, scale float32, mats []*Linear, d
 		off = alignUp(off + l.W.Out)
 	}
 	t.offs[t.m] = off
-	ws.pool.Run(off, parallel.DefaultAlign, t)
+	if len(mats) == 1 && ws.sharded(&mats[0].W, n) {
+		ws.shardMatmul(&mats[0].W, x, n, scale, dsts[0])
+	} else {
+		ws.pool.Run(off, ws.align(mats[0].W.InOut, n, off), t)
+	}
 	*t = matTask{} // keep no references to the call's data
+}
+
+// maxShardRows is the most rows a product is split by scale shard rather
+// than by output: decode steps (of up to 16 sequences). Prefill, with many
+// rows, is bound by arithmetic, not by how the weights stream.
+const maxShardRows = 16
+
+// align returns the range alignment of a loop over out outputs of n rows.
+// It is parallel.DefaultAlign, except for [in, out] matrices in decoding:
+// there a range of outputs is a run out of every weight row, so each
+// thread gets one range, as wide as possible — the whole of a matrix when
+// the loop spans several (two experts, two threads: one expert each,
+// streamed front to back).
+func (ws *workspace) align(inOut bool, n, out int) int {
+	if !inOut || n > maxShardRows {
+		return parallel.DefaultAlign
+	}
+	th := ws.pool.Threads()
+	return alignUp((out + th - 1) / th)
+}
+
+// sharded reports whether the product of n rows with m runs shard by shard
+// (kernels.MatMulShard): int8 [in, out] matrices with several scale shards
+// (the row-parallel layers of an xAI checkpoint), in decoding.
+func (ws *workspace) sharded(m *kernels.Mat, n int) bool {
+	return m.ShardParts() > 0 && n <= maxShardRows && ws.pool.Threads() > 1
+}
+
+// shardParts returns the workspace's buffers for S partial products of
+// size each, growing them if needed.
+func (ws *workspace) shardParts(S, size int) [][]float32 {
+	for len(ws.parts8) < S {
+		ws.parts8 = append(ws.parts8, nil)
+	}
+	for s := 0; s < S; s++ {
+		if cap(ws.parts8[s]) < size {
+			ws.parts8[s] = make([]float32, size)
+		}
+		ws.parts8[s] = ws.parts8[s][:size]
+	}
+	return ws.parts8[:S]
+}
+
+// shardMatmul computes dst = x·W (times scale unless 0) in two loops: the
+// shards' partial products, one thread a shard, then the scaled sum over
+// ranges of outputs (kernels.CombineShards: MatMulRows' bits).
+func (ws *workspace) shardMatmul(m *kernels.Mat, x []float32, n int, scale float32, dst []float32) {
+	parts := ws.shardParts(m.Shards, n*m.Out)
+	t := &ws.shardJob
+	*t = shardTask{m: m, x: x, n: n, parts: parts, dst: dst, scale: scale}
+	ws.pool.Run(m.Shards, 1, (*shardPartTask)(t))
+	ws.pool.Run(m.Out, parallel.DefaultAlign, (*shardCombineTask)(t))
+	*t = shardTask{}
+}
+
+// shardTask is a sharded product; its two loops are the two task types
+// below.
+type shardTask struct {
+	m     *kernels.Mat
+	x     []float32
+	n     int
+	parts [][]float32
+	dst   []float32
+	scale float32
+}
+
+type shardPartTask shardTask
+
+func (t *shardPartTask) Run(_, lo, hi int) {
+	for s := lo; s < hi; s++ {
+		kernels.MatMulShard(t.parts[s], t.x, t.n, t.m, s)
+	}
+}
+
+type shardCombineTask shardTask
+
+func (t *shardCombineTask) Run(_, lo, hi int) {
+	kernels.CombineShards(t.dst, t.parts, t.n, t.m, lo, hi)
+	if t.scale != 0 {
+		out := t.m.Out
+		for i := 0; i < t.n; i++ {
+			row := t.dst[i*out+lo : i*out+hi]
+			for c := range row {
+				row[c] *= t.scale
+			}
+		}
+	}
 }
 
 // ffnTask is the first half of an expert (or of the dense block) over a
@@ -128,11 +219,28 @@ func (ws *workspace) ffn(y, x []float32, n int, w, v, w1 *Linear, h1, h2 []float
 // gathered, and its buffers for them.
 type expertPart struct {
 	e      int
-	rows   []int     // the row of x and dst of each gathered row
-	gates  []float32 // the router's probability for each
-	xs, y  []float32 // c×D: gathered inputs, linear_1 outputs
-	h1, h2 []float32 // c×F
-	off    int       // start of the expert's hidden units in expertUpTask's index space
+	rows   []int       // the row of x and dst of each gathered row
+	gates  []float32   // the router's probability for each
+	xs, y  []float32   // c×D: gathered inputs, linear_1 outputs
+	h1, h2 []float32   // c×F
+	off    int         // start of the expert's hidden units in expertUpTask's index space
+	shards [][]float32 // linear_1's shard partials when it runs by shard (decoding xAI int8)
+}
+
+// expertShardTask computes the shard partials of the experts' linear_1 that
+// run by shard: unit u is shard u % S of the group's u / S-th such expert.
+type expertShardTask struct {
+	m     *MoELayer
+	parts []*expertPart
+	S     int
+}
+
+func (t *expertShardTask) Run(_, lo, hi int) {
+	for u := lo; u < hi; u++ {
+		p := t.parts[u/t.S]
+		s := u % t.S
+		kernels.MatMulShard(p.shards[s], p.h1, len(p.rows), &t.m.Linear1[p.e].W, s)
+	}
 }
 
 // expertUpTask is the first half of every expert of a group as one loop:
@@ -178,7 +286,11 @@ func (t *expertDownTask) Run(_, lo, hi int) {
 		p := &t.parts[i]
 		w := &t.m.Linear1[p.e].W
 		D := w.Out
-		kernels.MatMulRows(p.y, p.h1, len(p.rows), w, lo, hi)
+		if p.shards != nil {
+			kernels.CombineShards(p.y, p.shards, len(p.rows), w, lo, hi)
+		} else {
+			kernels.MatMulRows(p.y, p.h1, len(p.rows), w, lo, hi)
+		}
 		for r, row := range p.rows {
 			kernels.Axpy(t.dst[row*D+lo:row*D+hi], p.gates[r], p.y[r*D+lo:r*D+hi])
 		}

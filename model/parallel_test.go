@@ -67,10 +67,17 @@ func TestLogitsIndependentOfThreads(t *testing.T) {
 		{"mid-f32", midConfig(), tensor.F32},
 		{"mid-q8_0", midConfig(), tensor.Q8_0},
 		{"mid-f16", midConfig(), tensor.F16},
+		// xAI int8 in Haiku's [in, out] layout: one thread computes its
+		// row-parallel layers by output ranges, two and three by shard.
+		{"mid-xai-int8", midConfig(), tensor.I8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := testmodel.Random(tc.c, 31)
-			if tc.dt != tensor.F32 {
+			switch tc.dt {
+			case tensor.F32:
+			case tensor.I8:
+				src = xaiInt8(src)
+			default:
 				src = convert(t, src, reencode(tc.dt))
 			}
 			lm := mustModel(t, tc.c, src)
@@ -129,18 +136,24 @@ func TestDecodeStepDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under -race")
 	}
-	for _, threads := range []int{1, 2, 3} {
-		lm := mustModel(t, midConfig(), testmodel.Random(midConfig(), 3))
-		p := parallel.New(threads)
-		lm.Pool = p
-		step := decodeSetup(t, lm, 8, 40)
-		step() // the first step after the prompt sizes nothing new
-		// No warm-up through a rewind: a context that grows must not
-		// allocate either, so the 100 steps below cross it.
-		if a := testing.AllocsPerRun(100, step); a != 0 {
-			t.Errorf("%d threads: %v allocations per decode step", threads, a)
+	f32 := testmodel.Random(midConfig(), 3)
+	for _, src := range []struct {
+		name string
+		src  testmodel.Source
+	}{{"f32", f32}, {"xai-int8", xaiInt8(f32)}} {
+		for _, threads := range []int{1, 2, 3} {
+			lm := mustModel(t, midConfig(), src.src)
+			p := parallel.New(threads)
+			lm.Pool = p
+			step := decodeSetup(t, lm, 8, 40)
+			step() // the first step after the prompt sizes nothing new
+			// No warm-up through a rewind: a context that grows must not
+			// allocate either, so the 100 steps below cross it.
+			if a := testing.AllocsPerRun(100, step); a != 0 {
+				t.Errorf("%s, %d threads: %v allocations per decode step", src.name, threads, a)
+			}
+			p.Close()
 		}
-		p.Close()
 	}
 }
 

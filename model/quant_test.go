@@ -120,11 +120,13 @@ func quantize8bit(rng *rand.Rand, name string, w *tensor.Tensor, shards int) (q,
 
 // The QuantizedWeight8bit path (int8 kept as is, scales applied per shard
 // inside the matmul) equals running the dequantised F32 matrix.
-func TestQuantizedWeight8bitEqualsDequantised(t *testing.T) {
-	c := testmodel.SmallConfig()
-	src := testmodel.Random(c, 23)
+// xaiInt8Pair quantises src's projections as xAI's checkpoint stores them:
+// int8 in the [in, out] layout with per-channel scales, 4 scale shards on
+// the row-parallel layers (attention output, expert linear_1). It returns
+// the int8 source and its exact dequantised float32 twin.
+func xaiInt8Pair(src testmodel.Source) (qs, ds testmodel.Source) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	qs, ds := testmodel.Source{}, testmodel.Source{}
+	qs, ds = testmodel.Source{}, testmodel.Source{}
 	for k, v := range src {
 		qs[k], ds[k] = v, v
 		if len(v.Shape) >= 2 && k != "token_embd.weight" && !contains(k, "ffn_gate_inp") {
@@ -135,6 +137,18 @@ func TestQuantizedWeight8bitEqualsDequantised(t *testing.T) {
 			qs[k], ds[k] = quantize8bit(rng, k, v, shards)
 		}
 	}
+	return qs, ds
+}
+
+func xaiInt8(src testmodel.Source) testmodel.Source {
+	qs, _ := xaiInt8Pair(src)
+	return qs
+}
+
+func TestQuantizedWeight8bitEqualsDequantised(t *testing.T) {
+	c := testmodel.SmallConfig()
+	src := testmodel.Random(c, 23)
+	qs, ds := xaiInt8Pair(src)
 	toks := []int{5, 4, 3, 2, 1, 60, 61}
 	got, err := testmodel.FullLogits(mustModel(t, c, qs), toks)
 	if err != nil {

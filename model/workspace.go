@@ -37,8 +37,16 @@ type workspace struct {
 	ffnJob  ffnTask
 	upJob   expertUpTask
 	downJob expertDownTask
-	ropeJob ropeTask
-	attnJob attnTask
+
+	// Shard-by-shard products (decoding int8 [in, out] row-parallel
+	// layers): partial products and their loop bodies.
+	shardJob  shardTask
+	parts8    [][]float32   // ws.matmul's shard partials
+	eshards   [][][]float32 // per expert of a group: linear_1's shard partials
+	sparts    []*expertPart
+	eshardJob expertShardTask
+	ropeJob   ropeTask
+	attnJob   attnTask
 }
 
 // ensure sizes the buffers for N rows, memories of S rows per slot and the
@@ -71,6 +79,25 @@ func (w *workspace) ensure(c *Config, N, S, threads int) {
 		w.cos, w.sin = make([]float32, threads*c.KeySize/2), make([]float32, threads*c.KeySize/2)
 		w.threads = threads
 	}
+}
+
+// expertShards returns the i-th expert's buffers for S shard partials of
+// size each, growing them if needed.
+func (w *workspace) expertShards(i, S, size int) [][]float32 {
+	for len(w.eshards) <= i {
+		w.eshards = append(w.eshards, nil)
+	}
+	for len(w.eshards[i]) < S {
+		w.eshards[i] = append(w.eshards[i], nil)
+	}
+	b := w.eshards[i][:S]
+	for s := range b {
+		if cap(b[s]) < size {
+			b[s] = make([]float32, size)
+		}
+		b[s] = b[s][:size]
+	}
+	return b
 }
 
 // maxExpertRows bounds the rows the MoE's buffers hold beyond N.
