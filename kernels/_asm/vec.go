@@ -33,6 +33,23 @@ func genVec(a arch) string {
 	return strings.Join(fields, ", ")
 }
 
+// eachVector emits a loop that runs body n times (n may be 0), advancing
+// every pointer by one vector after each, then returns from the function.
+func (a arch) eachVector(n Register, ptrs []Register, body func()) {
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	body()
+	for _, p := range ptrs {
+		ADDQ(U32(4*a.V), p)
+	}
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
 // genAxpy: y[i] += alpha·x[i] for n vectors.
 func genAxpy(a arch) string {
 	name := "axpy_" + a.name
@@ -44,20 +61,12 @@ func genAxpy(a arch) string {
 	n := Load(Param("n"), GP64())
 	al := a.vec()
 	VBROADCASTSS(NewParamAddr("alpha", 8), al)
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	v := a.vec()
-	VMOVUPS(Mem{Base: y}, v)
-	VFMADD231PS(Mem{Base: x}, al, v)
-	VMOVUPS(v, Mem{Base: y})
-	ADDQ(U32(4*a.V), y)
-	ADDQ(U32(4*a.V), x)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	a.eachVector(n, []Register{y, x}, func() {
+		v := a.vec()
+		VMOVUPS(Mem{Base: y}, v)
+		VFMADD231PS(Mem{Base: x}, al, v)
+		VMOVUPS(v, Mem{Base: y})
+	})
 	return name
 }
 
@@ -130,28 +139,19 @@ func genGeluMul(a arch) string {
 	A := -2 * math.Sqrt(2/math.Pi)
 	B := a.vec()
 	VMOVUPS(a.constVec("geluB", math.Float32bits(float32(0.044715*A))), B)
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	x := a.vec()
-	VMOVUPS(Mem{Base: pa}, x)
-	t := a.vec()
-	VMULPS(x, x, t)
-	VFMADD213PS(a.constVec("geluA", math.Float32bits(float32(A))), B, t) // t = B·x² + A
-	VMULPS(x, t, t)
-	e := a.exp(t)
-	VADDPS(a.constVec("one", math.Float32bits(1)), e, e)
-	VDIVPS(e, x, x) // x / (1 + e^t)
-	VMULPS(Mem{Base: pb}, x, x)
-	VMOVUPS(x, Mem{Base: dst})
-	ADDQ(U32(4*a.V), pa)
-	ADDQ(U32(4*a.V), pb)
-	ADDQ(U32(4*a.V), dst)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	a.eachVector(n, []Register{pa, pb, dst}, func() {
+		x := a.vec()
+		VMOVUPS(Mem{Base: pa}, x)
+		t := a.vec()
+		VMULPS(x, x, t)
+		VFMADD213PS(a.constVec("geluA", math.Float32bits(float32(A))), B, t) // t = B·x² + A
+		VMULPS(x, t, t)
+		e := a.exp(t)
+		VADDPS(a.constVec("one", math.Float32bits(1)), e, e)
+		VDIVPS(e, x, x) // x / (1 + e^t)
+		VMULPS(Mem{Base: pb}, x, x)
+		VMOVUPS(x, Mem{Base: dst})
+	})
 	return name
 }
 
@@ -274,18 +274,11 @@ func genScale(a arch) string {
 	n := Load(Param("n"), GP64())
 	sv := a.vec()
 	VBROADCASTSS(NewParamAddr("s", 16), sv)
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	v := a.vec()
-	VMULPS(Mem{Base: x}, sv, v)
-	VMOVUPS(v, Mem{Base: x})
-	ADDQ(U32(4*a.V), x)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	a.eachVector(n, []Register{x}, func() {
+		v := a.vec()
+		VMULPS(Mem{Base: x}, sv, v)
+		VMOVUPS(v, Mem{Base: x})
+	})
 	return name
 }
 
@@ -304,25 +297,18 @@ func genSoftcap(a arch) string {
 	VBROADCASTSS(NewParamAddr("mult", 16), mv)
 	VBROADCASTSS(NewParamAddr("m2c", 20), kv)
 	VBROADCASTSS(NewParamAddr("c", 24), cv)
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	v := a.vec()
-	VMULPS(Mem{Base: x}, mv, v)
-	VMULPS(kv, v, v)
-	e := a.exp(v)
-	VADDPS(a.constVec("one", math.Float32bits(1)), e, e)
-	two := a.vec()
-	VMOVUPS(a.constVec("two", math.Float32bits(2)), two)
-	VDIVPS(e, two, two) // 2/(1 + e)
-	VSUBPS(a.constVec("one", math.Float32bits(1)), two, two)
-	VMULPS(cv, two, two)
-	VMOVUPS(two, Mem{Base: x})
-	ADDQ(U32(4*a.V), x)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	a.eachVector(n, []Register{x}, func() {
+		v := a.vec()
+		VMULPS(Mem{Base: x}, mv, v)
+		VMULPS(kv, v, v)
+		e := a.exp(v)
+		VADDPS(a.constVec("one", math.Float32bits(1)), e, e)
+		two := a.vec()
+		VMOVUPS(a.constVec("two", math.Float32bits(2)), two)
+		VDIVPS(e, two, two) // 2/(1 + e)
+		VSUBPS(a.constVec("one", math.Float32bits(1)), two, two)
+		VMULPS(cv, two, two)
+		VMOVUPS(two, Mem{Base: x})
+	})
 	return name
 }
