@@ -60,15 +60,7 @@ func (t *matTask) Run(_, lo, hi int) {
 		}
 		a, b = a-t.offs[j], b-t.offs[j]
 		kernels.MatMulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b)
-		if t.scale != 0 {
-			out := t.mats[j].Out
-			for i := 0; i < t.n; i++ {
-				row := t.dsts[j][i*out+a : i*out+b]
-				for c := range row {
-					row[c] *= t.scale
-				}
-			}
-		}
+		scaleRange(t.dsts[j], t.mats[j].Out, t.n, a, b, t.scale)
 	}
 }
 
@@ -173,13 +165,19 @@ type shardCombineTask shardTask
 
 func (t *shardCombineTask) Run(_, lo, hi int) {
 	kernels.CombineShards(t.dst, t.parts, t.n, t.m, lo, hi)
-	if t.scale != 0 {
-		out := t.m.Out
-		for i := 0; i < t.n; i++ {
-			row := t.dst[i*out+lo : i*out+hi]
-			for c := range row {
-				row[c] *= t.scale
-			}
+	scaleRange(t.dst, t.m.Out, t.n, lo, hi, t.scale)
+}
+
+// scaleRange multiplies outputs [lo, hi) of n rows of out by s, unless s
+// is 0 (no scale).
+func scaleRange(dst []float32, out, n, lo, hi int, s float32) {
+	if s == 0 {
+		return
+	}
+	for i := 0; i < n; i++ {
+		row := dst[i*out+lo : i*out+hi]
+		for c := range row {
+			row[c] *= s
 		}
 	}
 }
