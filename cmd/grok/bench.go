@@ -44,6 +44,11 @@ type benchResult struct {
 	Prompt  int `json:"prompt_tokens"`
 	Gen     int `json:"gen_tokens"`
 	Reps    int `json:"reps"`
+	// Batch is the number of sequences prefilled and decoded together
+	// (-b); the tok/s figures are then aggregates over all of them, and
+	// the roofline ratio, whose bytes per token assume one sequence, is
+	// left out.
+	Batch int `json:"batch"`
 
 	PrefillTokS  float64   `json:"prefill_tok_s"` // median of reps
 	DecodeTokS   float64   `json:"decode_tok_s"`  // median of reps
@@ -77,12 +82,13 @@ type benchResult struct {
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench", "[-m MODEL] [-p 128] [-n 32] [-t THREADS] [-r REPS] [--json]", stderr)
+	fs := newFlagSet("bench", "[-m MODEL] [-p 128] [-n 32] [-b 1] [-t THREADS] [-r REPS] [--json]", stderr)
 	mf := addModelFlags(fs)
 	p := fs.Int("p", 128, "prompt tokens of the prefill (one Forward call)")
 	n := fs.Int("n", 32, "tokens decoded one at a time after the prefill")
 	threads := fs.Int("t", 0, "threads (0 = all cores)")
 	reps := fs.Int("r", 5, "repetitions; speeds are their median")
+	batch := fs.Int("b", 1, "sequences prefilled and decoded together (continuous batching's steps); tok/s are then aggregates")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	bwMB := fs.Int("bw-mb", 300, "size of the buffer the read bandwidth is measured on, in MB (far above the last-level cache)")
 	seed := fs.Uint64("seed", 1, "random seed of the prompt tokens (and of --make-model's weights)")
@@ -109,13 +115,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "wrote %s (%s, %s) in %v\n", *makeModel, *config, dt, time.Since(start).Round(time.Millisecond))
 		return nil
 	}
-	if *p < 1 || *n < 1 || *reps < 1 || *bwMB < 1 || *threads < 0 {
-		return usagef("-p, -n, -r and --bw-mb must be positive and -t not negative")
+	if *p < 1 || *n < 1 || *reps < 1 || *bwMB < 1 || *threads < 0 || *batch < 1 {
+		return usagef("-p, -n, -r, -b and --bw-mb must be positive and -t not negative")
 	}
 
 	setThreads(*threads)
 	pool := parallel.Default()
-	res := benchResult{Threads: pool.Threads(), Prompt: *p, Gen: *n, Reps: *reps, BandwidthMB: *bwMB,
+	res := benchResult{Threads: pool.Threads(), Prompt: *p, Gen: *n, Reps: *reps, Batch: *batch, BandwidthMB: *bwMB,
 		GoVersion: runtime.Version(), CPU: cpuName()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
@@ -168,26 +174,35 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if *p+*n > c.SequenceLen {
 		return usagef("-p + -n = %d exceeds the model's context of %d", *p+*n, c.SequenceLen)
 	}
-	mem, err := model.NewKVMemory(c, 1, *p+*n)
+	B := *batch
+	mem, err := model.NewKVMemory(c, B, *p+*n)
 	if err != nil {
 		return err
 	}
 	rng := rand.New(rand.NewPCG(*seed, 0))
 	tok := func() int { return 1 + rng.IntN(c.VocabSize-1) } // never the pad token
-	prompt := make([]int, *p)
-	for i := range prompt {
-		prompt[i] = tok()
+	// Each sequence (slot) has its own random prompt and continuation.
+	in := make([]model.Input, B)
+	step := make([]model.Input, B)
+	gen := make([][]int, B)
+	for b := range in {
+		prompt := make([]int, *p)
+		for i := range prompt {
+			prompt[i] = tok()
+		}
+		gen[b] = make([]int, *n)
+		for i := range gen[b] {
+			gen[b][i] = tok()
+		}
+		in[b] = model.Input{Slot: b, Tokens: prompt}
+		step[b] = model.Input{Slot: b, Tokens: []int{0}}
 	}
-	gen := make([]int, *n)
-	for i := range gen {
-		gen[i] = tok()
-	}
-	in := []model.Input{{Tokens: prompt}}
-	step := []model.Input{{Tokens: []int{0}}}
 	// run does one prefill and the decode steps, returning their times and
 	// the heap allocations of the decode steps.
 	run := func(steps int) (prefill, decode time.Duration, allocs uint64, err error) {
-		mem.Reset(0)
+		for b := 0; b < B; b++ {
+			mem.Reset(b)
+		}
 		t0 := time.Now()
 		if _, err = lm.Forward(mem, in); err != nil {
 			return
@@ -198,7 +213,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		mallocs := ms.Mallocs
 		t0 = time.Now()
 		for i := 0; i < steps; i++ {
-			step[0].Tokens[0] = gen[i]
+			for b := range step {
+				step[b].Tokens[0] = gen[b][i]
+			}
 			if _, err = lm.Forward(mem, step); err != nil {
 				return
 			}
@@ -241,10 +258,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		allocs += a
-		res.PrefillRuns = append(res.PrefillRuns, float64(*p)/pt.Seconds())
-		res.DecodeRuns = append(res.DecodeRuns, float64(*n)/dt.Seconds())
-		if *cpuProfile != "" {
-			continue // keep the read passes out of the profile
+		res.PrefillRuns = append(res.PrefillRuns, float64(B**p)/pt.Seconds())
+		res.DecodeRuns = append(res.DecodeRuns, float64(B**n)/dt.Seconds())
+		if *cpuProfile != "" || B > 1 {
+			continue // keep the read passes out of the profile; no roofline for batches
 		}
 		bw := meter.best(2)
 		if near := max(bwPrev, bw); near > 0 {
@@ -260,16 +277,18 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	res.BandwidthGBs = meter.bestGBs
 	meter.free()
-	if m.GGUF != nil {
+	if m.GGUF != nil && *mf.path != "" { // a mapped file, not the embedded model
 		res.WeightsReadGBs = weightsReadGBs(pool, m.GGUF)
 	}
 	res.RSSRunMB = rssMB()
 	res.PrefillTokS = median(res.PrefillRuns)
 	res.DecodeTokS = median(res.DecodeRuns)
-	res.DecodeAllocs = float64(allocs) / float64(*reps**n)
-	res.AchievedGBs = float64(res.BytesPerToken) * res.DecodeTokS / 1e9
-	if res.BandwidthGBs > 0 {
-		res.RooflineRatio = res.AchievedGBs / res.BandwidthGBs
+	res.DecodeAllocs = float64(allocs) / float64(*reps*B**n)
+	if B == 1 {
+		res.AchievedGBs = float64(res.BytesPerToken) * res.DecodeTokS / 1e9
+		if res.BandwidthGBs > 0 {
+			res.RooflineRatio = res.AchievedGBs / res.BandwidthGBs
+		}
 	}
 	if len(paired) > 0 {
 		res.PairedRatio = median(paired)
@@ -290,20 +309,30 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 		r.Model, r.Type, float64(r.Params)/1e6, r.MappedMB, r.LoadS)
 	fmt.Fprintf(w, "memory    RSS %.1f MB after load, %.1f MB after the runs (mapped weights paged in)\n", r.RSSMB, r.RSSRunMB)
 	fmt.Fprintf(w, "threads   %d (GOMAXPROCS %d, %s)\n", r.Threads, runtime.GOMAXPROCS(0), r.GoVersion)
-	fmt.Fprintf(w, "prefill   %d tokens: %.1f tok/s (median of %d: %s)\n", r.Prompt, r.PrefillTokS, r.Reps, runsList(r.PrefillRuns))
-	fmt.Fprintf(w, "decode    %d tokens: %.2f tok/s (median of %d: %s), %.2f allocations/token\n", r.Gen, r.DecodeTokS, r.Reps, runsList(r.DecodeRuns), r.DecodeAllocs)
+	of := ""
+	if r.Batch > 1 {
+		of = fmt.Sprintf(" × %d sequences together (aggregate)", r.Batch)
+	}
+	fmt.Fprintf(w, "prefill   %d tokens%s: %.1f tok/s (median of %d: %s)\n", r.Prompt, of, r.PrefillTokS, r.Reps, runsList(r.PrefillRuns))
+	fmt.Fprintf(w, "decode    %d tokens%s: %.2f tok/s (median of %d: %s), %.2f allocations/token\n", r.Gen, of, r.DecodeTokS, r.Reps, runsList(r.DecodeRuns), r.DecodeAllocs)
 	b := r.Bytes
 	fmt.Fprintf(w, "bytes     %s read per decoded token: attention %s, %d of %d experts/layer %s, router %s, norms %s, unembedding %s, embedding row %s\n",
 		mb(b.Total), mb(b.Attention), b.ExpertsPerLayer, max(c.NumExperts, 1), mb(b.Experts), mb(b.Router), mb(b.Norms), mb(b.Unembed), mb(b.Embedding))
-	fmt.Fprintf(w, "roofline  %.2f GB/s achieved / %.2f GB/s read bandwidth (best pass over a %d MB buffer, %d threads) = %.2f",
-		r.AchievedGBs, r.BandwidthGBs, r.BandwidthMB, r.Threads, r.RooflineRatio)
-	if r.PairedRatio > 0 {
-		fmt.Fprintf(w, "; paired with the passes beside each run: %.2f", r.PairedRatio)
+	if r.Batch > 1 {
+		fmt.Fprintf(w, "roofline  not computed for a batch (its tokens share weights, and route to more experts); read bandwidth %.2f GB/s\n", r.BandwidthGBs)
+	} else {
+		fmt.Fprintf(w, "roofline  %.2f GB/s achieved / %.2f GB/s read bandwidth (best pass over a %d MB buffer, %d threads) = %.2f",
+			r.AchievedGBs, r.BandwidthGBs, r.BandwidthMB, r.Threads, r.RooflineRatio)
+		if r.PairedRatio > 0 {
+			fmt.Fprintf(w, "; paired with the passes beside each run: %.2f", r.PairedRatio)
+		}
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w)
 	if r.WeightsReadGBs > 0 {
 		fmt.Fprintf(w, "weights   the same read loop over the mapped tensors: %.2f GB/s (%.2f of the buffer's)\n", r.WeightsReadGBs, r.WeightsReadGBs/r.BandwidthGBs)
-		if r.WeightsReadGBs < 0.6*r.BandwidthGBs {
+		// Only weights far beyond the caches measure the memory; small
+		// ones read fast or, with the loop's per-tensor overhead, slow.
+		if r.WeightsReadGBs < 0.6*r.BandwidthGBs && r.MappedMB >= float64(r.BandwidthMB) {
 			fmt.Fprintf(w, "warning   the page cache serves this file's pages slowly, so decode cannot reach the roofline; a fresh copy of the file (cp) has been fast on these machines\n")
 		}
 	}

@@ -129,6 +129,15 @@ func TestBenchMakeModel(t *testing.T) {
 	if !(r.WeightsReadGBs > 0) {
 		t.Errorf("bench of a GGUF file reports no read pass over its weights (weights_read_gb_s %v)", r.WeightsReadGBs)
 	}
+
+	// Several sequences together: aggregate tok/s, no roofline.
+	rb := benchJSON(t, "-m", paths["q8_0"], "-p", "5", "-n", "3", "-b", "3")
+	if rb.Batch != 3 || rb.DecodeTokS <= 0 || rb.PrefillTokS <= 0 || rb.RooflineRatio != 0 || rb.PairedRatio != 0 {
+		t.Errorf("bench -b 3: batch %d, prefill %g, decode %g tok/s, roofline %g (paired %g)", rb.Batch, rb.PrefillTokS, rb.DecodeTokS, rb.RooflineRatio, rb.PairedRatio)
+	}
+	if r.Batch != 1 {
+		t.Errorf("bench without -b reports batch %d", r.Batch)
+	}
 }
 
 func TestBenchErrors(t *testing.T) {
@@ -138,6 +147,7 @@ func TestBenchErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"bench", "-p", "0"}, 2, "must be positive"},
+		{[]string{"bench", "-b", "0"}, 2, "must be positive"},
 		{[]string{"bench", "-p", "100000"}, 2, "exceeds the model's context"},
 		{[]string{"bench", "extra"}, 2, "unexpected argument"},
 		{[]string{"bench", "--make-model", "x.gguf", "--type", "q4_k"}, 2, "--type"},
