@@ -110,9 +110,12 @@ func (ws *workspace) align(inOut bool, n, out int) int {
 
 // sharded reports whether the product of n rows with m runs shard by shard
 // (kernels.MatMulShard): int8 [in, out] matrices with several scale shards
-// (the row-parallel layers of an xAI checkpoint), in decoding.
+// (the row-parallel layers of an xAI checkpoint), in decoding, on a pool
+// of 2 to S threads. With more threads than shards the shard loop would
+// leave threads idle, so the product keeps the split by outputs.
 func (ws *workspace) sharded(m *kernels.Mat, n int) bool {
-	return m.ShardParts() > 0 && n <= maxShardRows && ws.pool.Threads() > 1
+	th := ws.pool.Threads()
+	return m.ShardParts() > 0 && n <= maxShardRows && th > 1 && th <= m.Shards
 }
 
 // shardParts returns the workspace's buffers for S partial products of

@@ -67,8 +67,9 @@ func TestLogitsIndependentOfThreads(t *testing.T) {
 		{"mid-f32", midConfig(), tensor.F32},
 		{"mid-q8_0", midConfig(), tensor.Q8_0},
 		{"mid-f16", midConfig(), tensor.F16},
-		// xAI int8 in Haiku's [in, out] layout: one thread computes its
-		// row-parallel layers by output ranges, two and three by shard.
+		// xAI int8 in Haiku's [in, out] layout: one and five threads compute
+		// its row-parallel layers (4 shards) by output ranges, two and three
+		// by shard.
 		{"mid-xai-int8", midConfig(), tensor.I8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,7 +83,7 @@ func TestLogitsIndependentOfThreads(t *testing.T) {
 			}
 			lm := mustModel(t, tc.c, src)
 			var want []float32
-			for _, threads := range []int{1, 2, 3} {
+			for _, threads := range []int{1, 2, 3, 5} { // 5: more threads than int8 shards
 				p := parallel.New(threads)
 				lm.Pool = p
 				for rep := 0; rep < 2; rep++ {
