@@ -17,24 +17,32 @@ import (
 // next turn (see chatPrompt).
 const chatStop = "\nUser:"
 
-func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+// accept reads the request body into req (a pointer to a request whose
+// model name is *model), checks the model and that the engine is ready. On
+// failure it writes the error response and returns nil.
+func (s *Server) accept(w http.ResponseWriter, r *http.Request, req any, model *string) *backend {
 	body, e := s.readBody(w, r)
+	if e == nil {
+		e = decodeBody(body, req)
+	}
+	if e == nil {
+		e = s.checkModel(*model)
+	}
+	var b *backend
+	if e == nil {
+		b, e = s.ready()
+	}
 	if e != nil {
 		writeError(w, e)
-		return
+		return nil
 	}
+	return b
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
-	if e := decodeBody(body, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
-		return
-	}
-	b, e := s.ready()
-	if e != nil {
-		writeError(w, e)
+	b := s.accept(w, r, &req, &req.Model)
+	if b == nil {
 		return
 	}
 	var j job
@@ -100,23 +108,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 const maxLogprobs = 8
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	body, e := s.readBody(w, r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
 	var req chatRequest
-	if e := decodeBody(body, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
-		return
-	}
-	b, e := s.ready()
-	if e != nil {
-		writeError(w, e)
+	b := s.accept(w, r, &req, &req.Model)
+	if b == nil {
 		return
 	}
 	j := job{chat: true}
