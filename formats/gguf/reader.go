@@ -507,71 +507,38 @@ func decodeFixed(t ValueType, b []byte, n int) any {
 	case TypeUint8:
 		return append([]uint8(nil), b...)
 	case TypeInt8:
-		a := make([]int8, n)
-		for i := range a {
-			a[i] = int8(b[i])
-		}
-		return a
+		return decodeEach(b, n, 1, func(e []byte) int8 { return int8(e[0]) })
 	case TypeBool:
-		a := make([]bool, n)
-		for i := range a {
-			a[i] = b[i] == 1
-		}
-		return a
+		return decodeEach(b, n, 1, func(e []byte) bool { return e[0] == 1 })
 	case TypeUint16:
-		a := make([]uint16, n)
-		for i := range a {
-			a[i] = le.Uint16(b[2*i:])
-		}
-		return a
+		return decodeEach(b, n, 2, le.Uint16)
 	case TypeInt16:
-		a := make([]int16, n)
-		for i := range a {
-			a[i] = int16(le.Uint16(b[2*i:]))
-		}
-		return a
+		return decodeEach(b, n, 2, func(e []byte) int16 { return int16(le.Uint16(e)) })
 	case TypeUint32:
-		a := make([]uint32, n)
-		for i := range a {
-			a[i] = le.Uint32(b[4*i:])
-		}
-		return a
+		return decodeEach(b, n, 4, le.Uint32)
 	case TypeInt32:
-		a := make([]int32, n)
-		for i := range a {
-			a[i] = int32(le.Uint32(b[4*i:]))
-		}
-		return a
+		return decodeEach(b, n, 4, func(e []byte) int32 { return int32(le.Uint32(e)) })
 	case TypeFloat32:
-		a := make([]float32, n)
-		for i := range a {
-			a[i] = math.Float32frombits(le.Uint32(b[4*i:]))
-		}
-		return a
+		return decodeEach(b, n, 4, func(e []byte) float32 { return math.Float32frombits(le.Uint32(e)) })
 	case TypeUint64:
-		a := make([]uint64, n)
-		for i := range a {
-			a[i] = le.Uint64(b[8*i:])
-		}
-		return a
+		return decodeEach(b, n, 8, le.Uint64)
 	case TypeInt64:
-		a := make([]int64, n)
-		for i := range a {
-			a[i] = int64(le.Uint64(b[8*i:]))
-		}
-		return a
+		return decodeEach(b, n, 8, func(e []byte) int64 { return int64(le.Uint64(e)) })
 	case TypeFloat64:
-		a := make([]float64, n)
-		for i := range a {
-			a[i] = math.Float64frombits(le.Uint64(b[8*i:]))
-		}
-		return a
+		return decodeEach(b, n, 8, func(e []byte) float64 { return math.Float64frombits(le.Uint64(e)) })
 	}
 	return nil
 }
 
-// tensorInfo reads one tensor info. On error the returned info carries the
-// name if it was read, for the caller's message.
+// decodeEach decodes n elements of size bytes each from b with f.
+func decodeEach[T any](b []byte, n, size int, f func([]byte) T) []T {
+	a := make([]T, n)
+	for i := range a {
+		a[i] = f(b[size*i : size*i+size])
+	}
+	return a
+}
+
 func (d *decoder) tensorInfo() (TensorInfo, error) {
 	var ti TensorInfo
 	name, err := d.str()
