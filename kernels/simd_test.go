@@ -594,7 +594,8 @@ func TestMatMulRowsConcurrent(t *testing.T) {
 // A token's outputs are the same bits whether it is multiplied alone (the
 // one-token decode kernels) or among other tokens (the tiled kernels), as
 // long as the batch's activations fit one cache block (no k-chunking): the
-// model's "a batch equals each sequence alone" rests on it.
+// model's "a batch equals each sequence alone" rests on it. Batches of more
+// than a tile's tokens take the tiled path, batches of 3 the decode path.
 func TestTokenAloneEqualsInBatch(t *testing.T) {
 	defer setExactQuant(true)()
 	forLevels(t, func(t *testing.T) {
@@ -611,14 +612,16 @@ func TestTokenAloneEqualsInBatch(t *testing.T) {
 		} {
 			tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, max(c.shards, 1), 0)
 			x := randInputs(rng, c.n, c.in)
-			batch := make([]float32, c.n*c.out)
-			MatMul(batch, x, c.n, &tm.m)
-			one := make([]float32, c.out)
-			for tok := 0; tok < c.n; tok++ {
-				MatMul(one, x[tok*c.in:(tok+1)*c.in], 1, &tm.m)
-				for i, v := range one {
-					if w := batch[tok*c.out+i]; math.Float32bits(v) != math.Float32bits(w) {
-						t.Fatalf("%v: token %d output %d alone = %g, in the batch %g", c, tok, i, v, w)
+			for _, n := range []int{c.n, 3} {
+				batch := make([]float32, n*c.out)
+				MatMul(batch, x, n, &tm.m)
+				one := make([]float32, c.out)
+				for tok := 0; tok < n; tok++ {
+					MatMul(one, x[tok*c.in:(tok+1)*c.in], 1, &tm.m)
+					for i, v := range one {
+						if w := batch[tok*c.out+i]; math.Float32bits(v) != math.Float32bits(w) {
+							t.Fatalf("%v: token %d output %d alone = %g, in a batch of %d %g", c, tok, i, v, n, w)
+						}
 					}
 				}
 			}
