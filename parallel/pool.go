@@ -39,11 +39,18 @@ func (f Func) Run(worker, lo, hi int) { f(worker, lo, hi) }
 // stay whole.
 const DefaultAlign = 16
 
-// chunksPerThread is how many ranges a loop is cut into per thread. More than
-// one lets a thread that finishes early (or one whose core another process
-// took for a while) leave less work to wait for; few keep the per-range cost
-// (an atomic add and a call) negligible.
-const chunksPerThread = 4
+// A loop's ranges are cut the way OpenMP's schedule(guided) cuts them: each
+// range takes 1/(2·threads) of the indices not yet handed out, but never less
+// than 1/(guidedTail·threads) of the loop. The first ranges are long, so each
+// thread streams long runs of weights; the last are short, so a thread that
+// finishes early (or one whose core another process took for a while) leaves
+// little work for the loop to wait for. With 2 threads a loop of 512 units
+// is cut into 12 ranges, the last whole ones 1/32 of it; equal quarters per
+// thread (the cut before) left the slower thread a last range of 1/8. In
+// three alternating decode runs of the medium F16 model the threads were busy
+// for 0.89–0.96 of the wall time of the big loops (experts, matrices) with
+// equal quarters and 0.94–0.98 with guided ranges.
+const guidedTail = 16
 
 // spinFor is how long an idle worker polls for the next loop before it
 // sleeps. Between the loops of one forward call the gaps are microseconds
@@ -71,7 +78,7 @@ type Pool struct {
 	// claimed a range from left, so the atomic orders them.
 	task   Task
 	n      int
-	chunk  int          // indices per range
+	bounds []int        // range i is [bounds[i], bounds[i+1])
 	left   atomic.Int64 // ranges not yet claimed, counted down: range left-1 is next
 	done   atomic.Int64 // ranges finished
 	total  int64        // ranges in the loop
@@ -154,6 +161,8 @@ func (p *Pool) start(threads int) {
 	}
 	p.threads = threads
 	p.size.Store(int32(threads))
+	// cut makes at most about 6.2·threads+2 ranges (see cut).
+	p.bounds = make([]int, 8*threads+8)
 	p.quit.Store(false)
 	p.workers = make([]*worker, threads-1)
 	for i := range p.workers {
@@ -204,15 +213,13 @@ func (p *Pool) Run(n, align int, t Task) {
 	units := (n + align - 1) / align
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	chunks := min(units, p.threads*chunksPerThread)
-	if chunks <= 1 || p.threads == 1 {
+	if units <= 1 || p.threads == 1 {
 		// Too little to share: waking a worker would cost more than it saves.
 		t.Run(0, 0, n)
 		return
 	}
-	per := (units + chunks - 1) / chunks
-	p.task, p.n, p.chunk = t, n, per*align
-	p.total = int64((units + per - 1) / per)
+	p.task, p.n = t, n
+	p.total = int64(p.cut(units, align, n))
 	p.done.Store(0)
 	p.left.Store(p.total) // publishes the loop to workers still spinning
 	p.gen.Add(1)          // and this tells the sleeping ones to look
@@ -226,6 +233,28 @@ func (p *Pool) Run(n, align int, t Task) {
 	p.task = nil // do not keep the caller's data alive
 }
 
+// cut fills p.bounds with the guided ranges of a loop of n indices in units
+// of align (units ≥ 2) and returns how many there are. Ranges of the
+// geometric part shrink by 1 - 1/(2T) until they reach the least size, at
+// the latest when less than 1/8 of the loop is left: about 2T·ln 8 ≈ 4.2T
+// ranges; the rest is at most 2T ranges of the least size, plus one.
+func (p *Pool) cut(units, align, n int) int {
+	T := p.threads
+	least := max(1, (units+guidedTail*T-1)/(guidedTail*T))
+	k, at := 0, 0
+	for at < units {
+		size := max(least, (units-at)/(2*T))
+		if k == len(p.bounds)-2 {
+			size = units - at // unreachable by the count above; kept safe
+		}
+		p.bounds[k] = at * align
+		at += min(size, units-at)
+		k++
+	}
+	p.bounds[k] = n
+	return k
+}
+
 // runRanges claims and runs ranges of the current loop until none is left.
 func (p *Pool) runRanges(worker int) {
 	for {
@@ -235,8 +264,9 @@ func (p *Pool) runRanges(worker int) {
 		}
 		// Read the loop before counting the range done: once the count is
 		// complete, For may return and start the next loop.
-		lo, total := int(c)*p.chunk, p.total
-		hi := min(lo+p.chunk, p.n)
+		total := p.total
+		k := int(total - 1 - c) // ranges are claimed first to last
+		lo, hi := p.bounds[k], p.bounds[k+1]
 		p.task.Run(worker, lo, hi)
 		if p.done.Add(1) == total {
 			if p.callerSleeping.CompareAndSwap(true, false) {

@@ -57,6 +57,47 @@ func TestRunCoversEachIndexOnce(t *testing.T) {
 	}
 }
 
+// The ranges are cut guided: they tile [0, n) in order, never shrink below
+// the least size except for the last, get no longer from one to the next,
+// and there are few of them (the bounds slice never overflows into the
+// catch-all last range) for any pool size and loop length.
+func TestCutIsGuided(t *testing.T) {
+	for _, threads := range []int{2, 3, 5, 16, 64} {
+		p := New(threads)
+		for _, units := range []int{2, 3, 7, 16, 100, 512, 1000, 4097, 1 << 20} {
+			const align = 16
+			n := units*align - 3 // a ragged last unit
+			k := p.cut(units, align, n)
+			if k >= len(p.bounds)-1 {
+				t.Fatalf("threads %d units %d: %d ranges fill the %d bounds", threads, units, k, len(p.bounds))
+			}
+			if k > threads*guidedTail+5*threads+2 {
+				t.Errorf("threads %d units %d: %d ranges", threads, units, k)
+			}
+			least := max(1, (units+guidedTail*threads-1)/(guidedTail*threads))
+			if p.bounds[0] != 0 || p.bounds[k] != n {
+				t.Fatalf("threads %d units %d: ranges span [%d, %d), want [0, %d)", threads, units, p.bounds[0], p.bounds[k], n)
+			}
+			prev := units + 1
+			for i := 0; i < k; i++ {
+				lo, hi := p.bounds[i], p.bounds[i+1]
+				size := (min(hi, units*align) - lo + align - 1) / align
+				if lo%align != 0 || hi <= lo {
+					t.Fatalf("threads %d units %d: range %d is [%d, %d)", threads, units, i, lo, hi)
+				}
+				if size > prev || (size < least && i != k-1) {
+					t.Fatalf("threads %d units %d: range %d has %d units after %d (least %d)", threads, units, i, size, prev, least)
+				}
+				prev = size
+			}
+			if first := p.bounds[1] / align; first < units/(2*threads) {
+				t.Errorf("threads %d units %d: first range %d units, want ≥ %d", threads, units, first, units/(2*threads))
+			}
+		}
+		p.Close()
+	}
+}
+
 // The ranges are actually shared: with two threads and a slow body both
 // threads take part.
 func TestRunUsesWorkers(t *testing.T) {
