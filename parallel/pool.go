@@ -79,7 +79,7 @@ type Pool struct {
 	task   Task
 	n      int
 	bounds []int        // range i is [bounds[i], bounds[i+1])
-	left   atomic.Int64 // ranges not yet claimed, counted down: range left-1 is next
+	left   atomic.Int64 // ranges not yet claimed, counted down: range total-left is next
 	done   atomic.Int64 // ranges finished
 	total  int64        // ranges in the loop
 	gen    atomic.Uint64
