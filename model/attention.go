@@ -34,7 +34,7 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 	q, k, v, o := ws.q[:N*qd], ws.k[:N*kd], ws.v[:N*kd], ws.o[:N*qd]
 	ws.matmul(x, N, 0, []*Linear{&a.Query, &a.Key, &a.Value}, q, k, v)
 
-	ws.ropeJob = ropeTask{a: a, ws: ws, mem: mem, layer: l, q: q, k: k, v: v, cos: ws.cos, sin: ws.sin}
+	ws.ropeJob = ropeTask{a: a, ws: ws, mem: mem, layer: l, q: q, k: k, v: v}
 	ws.pool.Run(N, 1, &ws.ropeJob)
 	ws.ropeJob = ropeTask{}
 

@@ -209,6 +209,9 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 		}
 		r += len(in.Tokens)
 	}
+	ws.ropeTabJob = ropeTableTask{ws: ws, rot: &lm.Transformer.Layers[0].Attention.Rotary}
+	ws.pool.Run(N, 1, &ws.ropeTabJob)
+	ws.ropeTabJob = ropeTableTask{}
 	for l := range lm.Transformer.Layers {
 		lm.Transformer.Layers[l].Forward(h, N, l, ws.seqs, mem, ws)
 	}

@@ -10,7 +10,7 @@ type workspace struct {
 	h, xn, a            []float32 // N×D
 	q, o                []float32 // N×Hq·K
 	k, v                []float32 // N×Hkv·K
-	cos, sin            []float32 // per thread: K/2
+	cos, sin            []float32 // N×K/2: each row's RoPE table, for every layer
 	scores              []float32 // per thread: G×S (G query heads a kv head)
 	probs               []float32 // N×E
 	idx                 []int     // N×k
@@ -40,13 +40,14 @@ type workspace struct {
 
 	// Shard-by-shard products (decoding int8 [in, out] row-parallel
 	// layers): partial products and their loop bodies.
-	shardJob  shardTask
-	parts8    [][]float32   // ws.matmul's shard partials
-	eshards   [][][]float32 // per expert of a group: linear_1's shard partials
-	sparts    []*expertPart
-	eshardJob expertShardTask
-	ropeJob   ropeTask
-	attnJob   attnTask
+	shardJob   shardTask
+	parts8     [][]float32   // ws.matmul's shard partials
+	eshards    [][][]float32 // per expert of a group: linear_1's shard partials
+	sparts     []*expertPart
+	eshardJob  expertShardTask
+	ropeTabJob ropeTableTask
+	ropeJob    ropeTask
+	attnJob    attnTask
 }
 
 // ensure sizes the buffers for N rows, memories of S rows per slot and the
@@ -71,12 +72,12 @@ func (w *workspace) ensure(c *Config, N, S, threads int) {
 		w.xs, w.y = make([]float32, w.capE*D), make([]float32, w.capE*D)
 		w.h1, w.h2 = make([]float32, w.capE*c.FFNSize), make([]float32, w.capE*c.FFNSize)
 		w.rowSeq = make([]int, N)
+		w.cos, w.sin = make([]float32, N*c.KeySize/2), make([]float32, N*c.KeySize/2)
 		w.capN = N
 	}
 	if S > w.capS || threads != w.threads {
 		w.capS = max(S, w.capS)
 		w.scores = make([]float32, threads*c.NumQHeads/max(c.NumKVHeads, 1)*w.capS)
-		w.cos, w.sin = make([]float32, threads*c.KeySize/2), make([]float32, threads*c.KeySize/2)
 		w.threads = threads
 	}
 }
