@@ -110,6 +110,33 @@ func (a arch) hadd(x, y VecVirtual) VecVirtual {
 	return d
 }
 
+// newAccs returns T×R zeroed accumulators, acc[t][r].
+func (a arch) newAccs(T, R int) [][]VecVirtual {
+	acc := make([][]VecVirtual, T)
+	for t := range acc {
+		acc[t] = make([]VecVirtual, R)
+		for r := range acc[t] {
+			acc[t][r] = a.vec()
+			a.zero(acc[t][r])
+		}
+	}
+	return acc
+}
+
+// finish is the end of a dot-form kernel: the "reduce" label its loop
+// skips to when it has no steps, the reduction of acc into out (times the
+// per-row scales of the scale parameter when scaled), and the return.
+func (a arch) finish(acc [][]VecVirtual, out *strided, scaled bool) {
+	Label("reduce")
+	var scale Register
+	if scaled {
+		scale = Load(Param("scale"), GP64())
+	}
+	a.reduceAdd(acc, out, scale)
+	VZEROUPPER()
+	RET()
+}
+
 // reduceAdd sums the lanes of the R×T accumulators acc[t][r] and adds
 // the sums, times scale[r] when scale is not nil, to out[t·ldo + 4r] (byte
 // offsets). Accumulators are reduced four

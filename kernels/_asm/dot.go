@@ -102,14 +102,7 @@ func genDot(a arch, k wkind, R, T int) {
 	n := Load(Param("n"), GP64())
 	out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
 
-	acc := make([][]VecVirtual, T)
-	for t := range acc {
-		acc[t] = make([]VecVirtual, R)
-		for r := range acc[t] {
-			acc[t][r] = a.vec()
-			a.zero(acc[t][r])
-		}
-	}
+	acc := a.newAccs(T, R)
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
 	Label("loop")
@@ -149,14 +142,7 @@ func genDot(a arch, k wkind, R, T int) {
 	DECQ(n)
 	JNZ(LabelRef("loop"))
 
-	Label("reduce")
-	var scale Register
-	if k == wI8 {
-		scale = Load(Param("scale"), GP64())
-	}
-	a.reduceAdd(acc, out, scale)
-	VZEROUPPER()
-	RET()
+	a.finish(acc, out, k == wI8)
 }
 
 // loadW loads vector u of the current step of weight row r as float32

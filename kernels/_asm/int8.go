@@ -81,14 +81,7 @@ func genInt(a arch, k ikind, R, T int) {
 	n := Load(Param("n"), GP64())
 	out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
 
-	acc := make([][]VecVirtual, T)
-	for t := range acc {
-		acc[t] = make([]VecVirtual, R)
-		for r := range acc[t] {
-			acc[t][r] = a.vec()
-			a.zero(acc[t][r])
-		}
-	}
+	acc := a.newAccs(T, R)
 	var konst, idx VecVirtual
 	if a.zmm {
 		konst = a.bcast32(0x80808080) // the sign bit of every byte
@@ -120,14 +113,7 @@ func genInt(a arch, k ikind, R, T int) {
 	DECQ(n)
 	JNZ(LabelRef("loop"))
 
-	Label("reduce")
-	var scale Register
-	if k == iI8 {
-		scale = Load(Param("scale"), GP64())
-	}
-	a.reduceAdd(acc, out, scale)
-	VZEROUPPER()
-	RET()
+	a.finish(acc, out, k == iI8)
 }
 
 func (a arch) intStepVNNI(k ikind, w, xq, dx, cr *strided, acc [][]VecVirtual, k80, idx VecVirtual) {
