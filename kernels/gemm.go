@@ -115,12 +115,13 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	for t := 0; t < n; t++ {
 		clear(dst[t*Out+lo : t*Out+hi])
 	}
-	if n <= fam.T && !scaled && chunk(n, seg, 4, fam.E) >= seg {
+	c := chunk(n, seg, 4, fam.E)
+	if n <= fam.T && !scaled && c >= seg {
 		dotDecode(dst, x, n, m, lo, hi, fam, rb)
 		return
 	}
 	var tail [4][64]float32 // decoded weights past the last whole step
-	forTiles(n, fam.T, lo, hi, fam.R, shards, seg, chunk(n, seg, 4, fam.E), func(s, c0, c1, r0, R int) {
+	forTiles(n, fam.T, lo, hi, fam.R, shards, seg, c, func(s, c0, c1, r0, R int) {
 		k0, k1 := s*seg+c0, s*seg+c1
 		steps := (k1 - k0) / fam.E
 		kt := k0 + steps*fam.E

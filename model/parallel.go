@@ -308,7 +308,7 @@ type ropeTableTask struct {
 	rot *RotaryEmbedding
 }
 
-func (t *ropeTableTask) Run(worker, lo, hi int) {
+func (t *ropeTableTask) Run(_, lo, hi int) {
 	ws, h := t.ws, t.rot.KeySize/2
 	for r := lo; r < hi; r++ {
 		s := ws.seqs[ws.rowSeq[r]]
@@ -326,7 +326,7 @@ type ropeTask struct {
 	q, k, v []float32
 }
 
-func (t *ropeTask) Run(worker, lo, hi int) {
+func (t *ropeTask) Run(_, lo, hi int) {
 	a, ws := t.a, t.ws
 	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
 	qd, kd := Hq*K, Hkv*K
