@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -380,7 +381,10 @@ func TestTokenText(t *testing.T) {
 
 func TestQueueFullAndClose(t *testing.T) {
 	lm := testModel(t)
-	e, err := New(lm, nil, Options{Slots: 1, MaxQueue: 2})
+	// The loop is held before its first step until the engine is closed,
+	// so that no request can run to its end first, however fast decoding is.
+	free := make(chan struct{})
+	e, err := New(lm, nil, Options{Slots: 1, MaxQueue: 2, BeforeStep: func() { <-free }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +404,25 @@ func TestQueueFullAndClose(t *testing.T) {
 	if !full {
 		t.Fatal("the queue never filled")
 	}
-	e.Close()
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	// Submit says ErrClosed once Close has marked the engine closed. Until
+	// then the queue may take one more request (the loop admitted the first
+	// into the slot): it must end cancelled too.
+	for {
+		s, err := e.Submit(context.Background(), Request{Prompt: []int{5}, IgnoreEOS: true})
+		if errors.Is(err, ErrClosed) {
+			break
+		}
+		if err == nil {
+			streams = append(streams, s)
+		} else if !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("Submit while closing: %v", err)
+		}
+		runtime.Gosched()
+	}
+	close(free)
+	<-closed
 	for _, s := range streams {
 		if _, ev := collect(t, s); ev.Finish != FinishCancelled {
 			t.Errorf("after Close: finish %q", ev.Finish)
