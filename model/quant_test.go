@@ -2,7 +2,10 @@ package model_test
 
 import (
 	"github.com/grok-go/grok/internal/testmodel"
+	"maps"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/grok-go/grok/tensor"
@@ -88,13 +91,22 @@ func quantize8bit(rng *rand.Rand, name string, w *tensor.Tensor, shards int) (q,
 	for e := 0; e < E; e++ {
 		for s := 0; s < shards; s++ {
 			for o := 0; o < out; o++ {
-				scale := tensor.FloatToBF16(float32(0.002 + 0.01*rng.Float64()))
+				// Per-channel scale as a quantiser picks it (the block's
+				// largest magnitude maps to ±127), jittered so that scales
+				// differ between shards and columns.
+				var amax float64
+				for r := s * blk; r < (s+1)*blk; r++ {
+					amax = max(amax, math.Abs(float64(f[(e*out+o)*in+r])))
+				}
+				if amax == 0 {
+					amax = 1
+				}
+				scale := tensor.FloatToBF16(float32(amax / 127 * (1 + 0.1*rng.Float64())))
 				sc[(e*shards+s)*out+o] = scale
 				sf := tensor.BF16ToFloat(scale)
 				for r := s * blk; r < (s+1)*blk; r++ {
-					v := f[(e*out+o)*in+r] / sf
-					v = max(-127, min(127, v))
-					qi := int8(v)
+					v := math.Round(float64(f[(e*out+o)*in+r] / sf))
+					qi := int8(max(-127, min(127, v)))
 					i8[(e*in+r)*out+o] = byte(qi)
 					dq[(e*in+r)*out+o] = float32(qi) * sf
 				}
@@ -127,7 +139,8 @@ func quantize8bit(rng *rand.Rand, name string, w *tensor.Tensor, shards int) (q,
 func xaiInt8Pair(src testmodel.Source) (qs, ds testmodel.Source) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	qs, ds = testmodel.Source{}, testmodel.Source{}
-	for k, v := range src {
+	for _, k := range slices.Sorted(maps.Keys(src)) { // one model per seed
+		v := src[k]
 		qs[k], ds[k] = v, v
 		if len(v.Shape) >= 2 && k != "token_embd.weight" && !contains(k, "ffn_gate_inp") {
 			shards := 1
