@@ -48,6 +48,9 @@ type (
 	// softcapKernel: x[i] = c·tanh(x[i]·mult/c) over n vectors, given
 	// m2c = -2/c: (x *float32, n int, mult, m2c, c float32).
 	softcapKernel uint16
+	// addScaledKernel: d[i] += sc[i]·a[i], product and sum each rounded,
+	// over n vectors: (d, sc, a *float32, n int).
+	addScaledKernel uint16
 )
 
 // Weight kinds of the float kernels, in the generator's order.

@@ -253,19 +253,12 @@ func (ks *kernelSet) intMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	})
 }
 
-// inoutMatMul is MatMulRows over the [in, out] layout: for a panel of
-// output columns, every input row k adds x[t][k]·W[k][panel] to the panel's
-// accumulators, K rows per kernel call. The panel is as wide as keeps the
-// n accumulator rows within l2Budget; for one token it is the whole range,
-// so each weight row is read as one contiguous run. I8 accumulates a shard
-// at a time in scratch and scales it into dst; the other types accumulate
-// in dst directly.
+// inoutMatMul is MatMulRows over the [in, out] layout (inoutAcc). I8
+// accumulates a row block at a time (Mat.Blocks) in scratch and adds it,
+// scaled, to dst; the other types, and the unscaled blocks of MatMulBlock,
+// accumulate in dst directly, over all rows.
 func (ks *kernelSet) inoutMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
-	fam := &ks.inout[dotKind(m.Type)]
-	In, Out := m.In, m.Out
-	rb, _ := m.Type.RowBytes(Out)
-	esz := rb / Out
-	V := fam.V
+	V := ks.inout[dotKind(m.Type)].V
 	vhi := lo + (hi-lo)/V*V
 	if vhi < hi {
 		ks.inoutTail(dst, x, n, m, vhi, hi)
@@ -273,55 +266,97 @@ func (ks *kernelSet) inoutMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	if vhi == lo {
 		return
 	}
-	shards := 1
-	if m.Type == tensor.I8 {
-		shards = m.Shards
+	if !m.blockScaled() {
+		ks.inoutAcc(dst[lo:], m.Out, x, n, m, lo, vhi, 0, m.In)
+		return
 	}
-	seg := In / shards
+	Out := m.Out
 	P := chunk(n, vhi-lo, 4, V)
-	var accp *[]float32
-	if m.Type == tensor.I8 {
-		accp = getScratch(n * P)
-		defer scratchPool.Put(accp)
-	}
-	var xs [64]float32
+	accp := getScratch(n * P)
+	defer scratchPool.Put(accp)
 	for p0 := lo; p0 < vhi; p0 += P {
 		pw := min(P, vhi-p0)
-		for s := 0; s < shards; s++ {
-			acc, lda := dst[p0:], Out // accumulate straight into dst
-			if accp != nil {
-				acc, lda = *accp, pw
-			}
-			for t := 0; t < n; t++ {
-				clear(acc[t*lda : t*lda+pw])
-			}
-			for k := s * seg; k < (s+1)*seg; {
-				K, kern := fam.K, fam.full
-				if (s+1)*seg-k < K {
-					K, kern = 1, fam.one
-				}
-				wp := &m.Data[k*rb+p0*esz]
-				for t0 := 0; t0 < n; t0 += fam.T {
-					T := min(fam.T, n-t0)
-					for t := 0; t < T; t++ {
-						copy(xs[t*K:(t+1)*K], x[(t0+t)*In+k:])
-					}
-					kern[T-1].call(&acc[t0*lda], 4*lda, wp, rb, &xs[0], pw/V)
-				}
-				k += K
-			}
-			if accp == nil {
-				continue
-			}
+		for b := 0; b < m.Blocks(); b++ {
+			k0, k1 := m.blockRange(b)
+			ks.inoutAcc(*accp, pw, x, n, m, p0, p0+pw, k0, k1)
+			s := m.blockShard(b)
 			for t := 0; t < n; t++ {
 				d := dst[t*Out+p0 : t*Out+p0+pw]
-				a := acc[t*pw : (t+1)*pw]
-				if s == 0 {
+				if b == 0 {
 					clear(d)
 				}
-				addScaled(d, m.Scales[s*Out+p0:s*Out+p0+pw], a)
+				addScaled(d, m.Scales[s*Out+p0:s*Out+p0+pw], (*accp)[t*pw:(t+1)*pw])
 			}
 		}
+	}
+}
+
+// inoutAcc sets acc[t][c-lo] (row stride lda) to Σ_{k0 ≤ k < k1}
+// x[t][k]·W[k][c] for the columns [lo, hi), a whole number of vectors: for
+// a panel of columns, every input row k adds x[t][k]·W[k][panel] to the
+// panel's accumulators, the kernels looping over groups of K rows
+// themselves. The panel is as wide as keeps the n accumulator rows within
+// l2Budget; for one token it is the whole range, so each weight row is
+// read as one contiguous run.
+func (ks *kernelSet) inoutAcc(acc []float32, lda int, x []float32, n int, m *Mat, lo, hi, k0, k1 int) {
+	fam := &ks.inout[dotKind(m.Type)]
+	In := m.In
+	rb, _ := m.Type.RowBytes(m.Out)
+	esz := rb / m.Out
+	var xp *[]float32
+	if n > 1 {
+		xp = getScratch(fam.T * min(k1-k0, inoutPiece))
+		defer scratchPool.Put(xp)
+	}
+	P := chunk(n, hi-lo, 4, fam.V)
+	for p0 := lo; p0 < hi; p0 += P {
+		pw := min(P, hi-p0)
+		a := acc[p0-lo:]
+		for t := 0; t < n; t++ {
+			clear(a[t*lda : t*lda+pw])
+		}
+		for k := k0; k < k1; k += inoutPiece {
+			rows := min(inoutPiece, k1-k)
+			for t0 := 0; t0 < n; t0 += fam.T {
+				T := min(fam.T, n-t0)
+				ks.inoutRows(fam, a[t0*lda:], lda, m.Data[k*rb+p0*esz:], rb, x[t0*In+k:], In, T, rows, pw/fam.V, xp)
+			}
+		}
+	}
+}
+
+// inoutPiece is the most weight rows inoutRows is given at once (the
+// activations of T tokens for them are packed in scratch).
+const inoutPiece = 256
+
+// inoutRows adds rows weight rows (w, stride rb bytes) times T tokens'
+// activations (x, stride In) to T accumulator rows (acc, stride lda) over
+// nv column vectors: the K-row kernel over whole groups, the one-row
+// kernel over the rest. One token's activations are read in place; T > 1
+// are packed group by group (xp) in the order the kernels read them.
+func (ks *kernelSet) inoutRows(fam *inoutFamily, acc []float32, lda int, w []byte, rb int, x []float32, In, T, rows, nv int, xp *[]float32) {
+	K := fam.K
+	g := rows / K
+	xs, xr := x, x[g*K:]
+	if T > 1 {
+		buf := *xp
+		for i := 0; i < g; i++ {
+			for t := 0; t < T; t++ {
+				copy(buf[(i*T+t)*K:(i*T+t+1)*K], x[t*In+i*K:])
+			}
+		}
+		for r := g * K; r < rows; r++ {
+			for t := 0; t < T; t++ {
+				buf[r*T+t] = x[t*In+r]
+			}
+		}
+		xs, xr = buf, buf[g*K*T:]
+	}
+	if g > 0 {
+		fam.full[T-1].call(&acc[0], 4*lda, &w[0], rb, &xs[0], nv, g)
+	}
+	if r := rows - g*K; r > 0 {
+		fam.one[T-1].call(&acc[0], 4*lda, &w[g*K*rb], rb, &xr[0], nv, r)
 	}
 }
 
@@ -346,7 +381,7 @@ func (ks *kernelSet) inoutTail(dst, x []float32, n int, m *Mat, lo, hi int) {
 	for k := 0; k < m.In; k++ {
 		copy(tm.Data[k*V*esz:k*V*esz+c*esz], m.Data[k*rb+lo*esz:])
 	}
-	if m.Type == tensor.I8 {
+	if m.blockScaled() {
 		sp := getScratch(m.Shards * V)
 		defer scratchPool.Put(sp)
 		tm.Scales = *sp

@@ -11,8 +11,6 @@ package kernels
 
 import (
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/grok-go/grok/tensor"
@@ -23,8 +21,9 @@ import (
 // Data holds Out rows of In elements (the ggml/PyTorch [out, in] layout), or,
 // with InOut set, In rows of Out elements (Haiku's [in, out] `w`, used by
 // xAI's checkpoint). For I8 (QuantizedWeight8bit) Scales holds Shards×Out
-// per-output-column scales: the In axis is split into Shards equal blocks and
-// block s uses row s of the scales (semantics §2, row-parallel layers).
+// per-output-column scales: the In axis is split into Shards equal parts and
+// part s uses row s of the scales (semantics §2, row-parallel layers). In
+// the [in, out] layout the sum over In runs in row blocks (Blocks).
 //
 // By default (ExactQuant) every weight type multiplies float32 activations:
 // Q8_0 and I8 weights are dequantised in registers, as model.py dequantises
@@ -122,59 +121,91 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 	}
 }
 
-// Shards of int8 [in, out] matrices (xAI's row-parallel layers: attention
-// output, expert linear_1) can be computed shard by shard: MatMulShard gives
-// one shard's product without its scales over every column, CombineShards
-// adds the scaled shards in order. Together they give the bits MatMulRows
-// gives, with another split of the work: a thread that computes a whole
-// shard streams one contiguous block of weights, where a range of columns
-// is a short run out of every row (two threads: 29-38 GB/s against 11-20,
-// measured on 4096×1536 and 1536×4096 int8 matrices).
+// An int8 [in, out] product (xAI's layout) is a sum over row blocks: the
+// In axis splits into the matrix's scale shards, and each shard into
+// blocks of BlockRows rows (the last block of a shard may be shorter).
+// Each block's product accumulates from zero over its rows in order, and
+// dst receives the blocks in order, each times its shard's per-column
+// scale. The blocks fix the order of the sums whatever the split of the
+// work, so a product can also run block by block: MatMulBlock gives one
+// block's product without its scales over every column, CombineBlocks
+// adds the scaled blocks in order, and together they give MatMulRows' bits.
+// A thread that computes a whole block streams one contiguous run of
+// weights, where a range of columns is a short run out of every row (two
+// threads over the medium model's 1536×4096 and 1536×1536 matrices: 46
+// and 42 GB/s against 37 and 27 by columns, a plain read loop 52 and 45).
 
-// ShardParts is the number of shards MatMulShard and CombineShards split m
-// into: its scale shards for an I8 [in, out] matrix with more than one, else
-// 0 (use MatMulRows).
-func (m *Mat) ShardParts() int {
-	if m.InOut && m.Type == tensor.I8 && m.Shards > 1 {
-		return m.Shards
+// BlockRows is the most rows of a block of an int8 [in, out] product:
+// large enough that a block is a long contiguous stream (256 rows of 1536
+// to 32768 bytes), small enough to give two threads several blocks even of
+// the small attention matrices.
+const BlockRows = 256
+
+// Blocks is the number of row blocks of an I8 [in, out] matrix, else 0
+// (use MatMulRows).
+func (m *Mat) Blocks() int {
+	if !m.InOut || m.Type != tensor.I8 {
+		return 0
 	}
-	return 0
+	return m.Shards * m.shardBlocks()
 }
 
-// MatMulShard computes shard s of an I8 [in, out] product (ShardParts > 0)
-// without the shard's scales: part[t][c] = Σ_{k in shard s} x[t][k]·W[k][c]
-// for n inputs (x is n×In) and every output column (part is n×Out).
-func MatMulShard(part, x []float32, n int, m *Mat, s int) {
-	seg := m.In / m.Shards
-	if s < 0 || s >= m.Shards || len(x) < n*m.In || len(part) < n*m.Out {
-		panic(fmt.Sprintf("kernels: MatMulShard(shard %d of %d, n=%d) with len(x)=%d, len(part)=%d", s, m.Shards, n, len(x), len(part)))
+// shardBlocks is the number of row blocks of each scale shard.
+func (m *Mat) shardBlocks() int {
+	return (m.In/m.Shards + BlockRows - 1) / BlockRows
+}
+
+// blockRange returns block b's rows [k0, k1).
+func (m *Mat) blockRange(b int) (k0, k1 int) {
+	seg, per := m.In/m.Shards, m.shardBlocks()
+	s, j := b/per, b%per
+	k0 = s*seg + j*BlockRows
+	return k0, min(k0+BlockRows, (s+1)*seg)
+}
+
+// blockScaled reports whether the product sums over scaled row blocks:
+// I8 matrices, except MatMulBlock's sub-matrices of one block, which have
+// no scales and accumulate their rows plainly.
+func (m *Mat) blockScaled() bool { return m.Type == tensor.I8 && m.Scales != nil }
+
+// blockShard returns the scale shard of block b.
+func (m *Mat) blockShard(b int) int { return b / m.shardBlocks() }
+
+// MatMulBlock computes block b of an I8 [in, out] product (Blocks > 0)
+// without its scales: part[t][c] = Σ_{k in block b} x[t][k]·W[k][c] for n
+// inputs (x is n×In) and every output column (part is n×Out).
+func MatMulBlock(part, x []float32, n int, m *Mat, b int) {
+	if b < 0 || b >= m.Blocks() || len(x) < n*m.In || len(part) < n*m.Out {
+		panic(fmt.Sprintf("kernels: MatMulBlock(block %d of %d, n=%d) with len(x)=%d, len(part)=%d", b, m.Blocks(), n, len(x), len(part)))
 	}
-	sub := Mat{Type: tensor.I8, Out: m.Out, In: seg, InOut: true, Shards: 1,
-		Data: m.Data[s*seg*m.Out : (s+1)*seg*m.Out], Scales: ones(m.Out)}
-	xs := x[s*seg : (s+1)*seg]
+	k0, k1 := m.blockRange(b)
+	rows := k1 - k0
+	// Unscaled: accumulated straight into part, as an F32 product is.
+	sub := Mat{Type: tensor.I8, Out: m.Out, In: rows, InOut: true, Shards: 1,
+		Data: m.Data[k0*m.Out : k1*m.Out]}
+	xs := x[k0:k1]
 	if n > 1 {
-		p := getScratch(n * seg)
+		p := getScratch(n * rows)
 		defer scratchPool.Put(p)
-		xs = (*p)[:n*seg]
+		xs = (*p)[:n*rows]
 		for t := 0; t < n; t++ {
-			copy(xs[t*seg:(t+1)*seg], x[t*m.In+s*seg:])
+			copy(xs[t*rows:(t+1)*rows], x[t*m.In+k0:])
 		}
 	}
-	// Unit scales: the per-shard step d += 1·acc of a one-shard product
-	// leaves acc exactly.
 	MatMulRows(part, xs, n, &sub, 0, m.Out)
 }
 
-// CombineShards computes output columns [lo, hi) of the I8 [in, out]
-// product from its ShardParts partial products (parts[s] is n×Out, from
-// MatMulShard): dst[t][c] = Σ_s scale[s][c]·parts[s][t][c], shards in order,
-// with MatMulRows' rounding.
-func CombineShards(dst []float32, parts [][]float32, n int, m *Mat, lo, hi int) {
+// CombineBlocks computes output columns [lo, hi) of the I8 [in, out]
+// product from its Blocks partial products (parts[b] is n×Out, from
+// MatMulBlock): dst[t][c] = Σ_b scale[shard(b)][c]·parts[b][t][c], blocks
+// in order, with MatMulRows' rounding.
+func CombineBlocks(dst []float32, parts [][]float32, n int, m *Mat, lo, hi int) {
 	Out := m.Out
 	for t := 0; t < n; t++ {
 		d := dst[t*Out+lo : t*Out+hi]
 		clear(d)
-		for s, p := range parts[:m.Shards] {
+		for b, p := range parts[:m.Blocks()] {
+			s := m.blockShard(b)
 			addScaled(d, m.Scales[s*Out+lo:s*Out+hi], p[t*Out+lo:t*Out+hi])
 		}
 	}
@@ -185,32 +216,17 @@ func CombineShards(dst []float32, parts [][]float32, n int, m *Mat, lo, hi int) 
 // per-shard scales are applied, so that every path rounds them alike.
 func addScaled(d, sc, a []float32) {
 	sc, a = sc[:len(d)], a[:len(d)]
-	for c := range d {
+	nv := 0
+	if ks := active; ks != nil {
+		nv = len(d) / ks.vecWidth()
+		if nv > 0 {
+			ks.vec.addScaled.call(&d[0], &sc[0], &a[0], nv)
+		}
+		nv *= ks.vecWidth()
+	}
+	for c := nv; c < len(d); c++ {
 		d[c] += float32(sc[c] * a[c])
 	}
-}
-
-var (
-	onesMu sync.Mutex
-	onesP  atomic.Pointer[[]float32]
-)
-
-// ones returns n float32 ones, from a slice shared and only ever grown.
-func ones(n int) []float32 {
-	if p := onesP.Load(); p != nil && len(*p) >= n {
-		return (*p)[:n]
-	}
-	onesMu.Lock()
-	defer onesMu.Unlock()
-	if p := onesP.Load(); p != nil && len(*p) >= n {
-		return (*p)[:n]
-	}
-	v := make([]float32, max(n, 4096))
-	for i := range v {
-		v[i] = 1
-	}
-	onesP.Store(&v)
-	return v[:n]
 }
 
 // F32Mat returns float32 values, already in memory, as an F32 matrix of

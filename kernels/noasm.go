@@ -13,7 +13,7 @@ func (intKernel) call(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx in
 	panic(noKernels)
 }
 
-func (inoutKernel) call(acc *float32, lda int, w *byte, ldw int, xs *float32, n int) {
+func (inoutKernel) call(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int) {
 	panic(noKernels)
 }
 
@@ -32,3 +32,5 @@ func (scaleKernel) call(x *float32, n int, s float32) { panic(noKernels) }
 func (softcapKernel) call(x *float32, n int, mult, m2c, c float32) { panic(noKernels) }
 
 const noKernels = "kernels: built without assembly"
+
+func (addScaledKernel) call(d, sc, a *float32, n int) { panic(noKernels) }

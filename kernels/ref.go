@@ -79,7 +79,7 @@ func matMulRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 }
 
 // matMulInOutRef handles the [in, out] layout: y = Σ_r x[r]·W[r, :], one
-// weight row at a time, with per-shard scales applied once per shard.
+// weight row at a time; I8 by row blocks, each scaled once (Mat.Blocks).
 func matMulInOutRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 	In, Out := m.In, m.Out
 	w := hi - lo
@@ -87,20 +87,23 @@ func matMulInOutRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 	esz := rb / Out // bytes per element (no block types in this layout)
 	rowp := getScratch(w)
 	defer scratchPool.Put(rowp)
-	shards := 1
-	if m.Type == tensor.I8 {
-		shards = m.Shards
+	blocks := 1
+	if m.blockScaled() {
+		blocks = m.Blocks()
 	}
-	blk := In / shards
 	accp := getScratch(n * w)
 	defer scratchPool.Put(accp)
 	acc := *accp
 	for i := 0; i < n; i++ {
 		clear(dst[i*Out+lo : i*Out+hi])
 	}
-	for s := 0; s < shards; s++ {
+	for b := 0; b < blocks; b++ {
 		clear(acc)
-		for r := s * blk; r < (s+1)*blk; r++ {
+		k0, k1 := 0, In
+		if m.blockScaled() {
+			k0, k1 = m.blockRange(b)
+		}
+		for r := k0; r < k1; r++ {
 			row := rowF32(*rowp, m.Type, m.Data[r*rb+lo*esz:r*rb+hi*esz])
 			for i := 0; i < n; i++ {
 				axpyRef(acc[i*w:(i+1)*w], x[i*In+r], row)
@@ -109,8 +112,8 @@ func matMulInOutRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 		for i := 0; i < n; i++ {
 			d := dst[i*Out+lo : i*Out+hi]
 			a := acc[i*w : (i+1)*w]
-			if m.Type == tensor.I8 {
-				addScaled(d, m.Scales[s*Out+lo:s*Out+hi], a)
+			if m.blockScaled() {
+				addScaled(d, m.Scales[m.blockShard(b)*Out+lo:m.blockShard(b)*Out+hi], a)
 			} else {
 				for c := range d {
 					d[c] += a[c]

@@ -176,6 +176,12 @@ func randCases(rng *rand.Rand, count int) []matCase {
 		matCase{dt: tensor.I8, inOut: true, n: 21, out: 70, in: 300, shards: 3},
 		matCase{dt: tensor.BF16, inOut: true, n: 50, out: 2000, in: 40},
 		matCase{dt: tensor.F32, n: 1, out: 5, in: 1 << 16},
+		// [in, out] products over several row pieces and blocks, with rows
+		// left over from whole groups of the kernels.
+		matCase{dt: tensor.I8, inOut: true, n: 1, out: 100, in: 1030, shards: 1},
+		matCase{dt: tensor.I8, inOut: true, n: 3, out: 37, in: 2 * 531, shards: 2},
+		matCase{dt: tensor.F16, inOut: true, n: 7, out: 45, in: 701},
+		matCase{dt: tensor.F32, inOut: true, n: 2, out: 129, in: 523},
 	)
 	return cs
 }
@@ -399,6 +405,27 @@ func TestDotAxpyLevels(t *testing.T) {
 				// One fused or two rounded operations.
 				if d := math.Abs(float64(y[i]) - w); !(d <= 0x1p-23*(math.Abs(w)+math.Abs(float64(alpha*a[i])))) {
 					t.Fatalf("Axpy(n=%d)[%d] = %g, want %g", n, i, y[i], w)
+				}
+			}
+		}
+	})
+}
+
+// addScaled rounds the product and then the sum, as the scalar expression
+// d += float32(sc·a) does, on every level: the same bits.
+func TestAddScaledLevels(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(13, 14))
+		for _, n := range []int{0, 1, 7, 8, 15, 16, 17, 33, 100, 1000} {
+			d, sc, a := randInputs(rng, 1, n), randInputs(rng, 1, n), randInputs(rng, 1, n)
+			want := slices.Clone(d)
+			for i := range want {
+				want[i] += float32(sc[i] * a[i]) // the conversion forbids fusing
+			}
+			addScaled(d, sc, a)
+			for i := range want {
+				if math.Float32bits(d[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("addScaled(n=%d)[%d] = %g, want %g", n, i, d[i], want[i])
 				}
 			}
 		}
@@ -629,10 +656,10 @@ func TestTokenAloneEqualsInBatch(t *testing.T) {
 	})
 }
 
-// MatMulShard and CombineShards give MatMulRows' bits for int8 [in, out]
-// matrices with several scale shards, on every level, whatever the column
-// range of the combine.
-func TestShardsEqualMatMulRows(t *testing.T) {
+// MatMulBlock and CombineBlocks give MatMulRows' bits for int8 [in, out]
+// matrices, with one or several scale shards of one or several row blocks,
+// on every level, whatever the column range of the combine.
+func TestBlocksEqualMatMulRows(t *testing.T) {
 	forLevels(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(23, 24))
 		for _, c := range []matCase{
@@ -640,26 +667,30 @@ func TestShardsEqualMatMulRows(t *testing.T) {
 			{dt: tensor.I8, inOut: true, n: 3, out: 64, in: 90, shards: 3},
 			{dt: tensor.I8, inOut: true, n: 17, out: 33, in: 160, shards: 8},
 			{dt: tensor.I8, inOut: true, n: 2, out: 130, in: 6, shards: 2},
+			{dt: tensor.I8, inOut: true, n: 1, out: 80, in: 600, shards: 1},  // blocks of 256, 256, 88
+			{dt: tensor.I8, inOut: true, n: 5, out: 48, in: 1042, shards: 2}, // 3 blocks a shard, the last of 9 rows
+			{dt: tensor.I8, inOut: true, n: 2, out: 35, in: 512, shards: 1},  // two whole blocks
 		} {
 			tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, c.shards, 0)
-			if tm.m.ShardParts() != c.shards {
-				t.Fatalf("%v: ShardParts %d", c, tm.m.ShardParts())
+			blocks := c.shards * ((c.in/c.shards + BlockRows - 1) / BlockRows)
+			if tm.m.Blocks() != blocks {
+				t.Fatalf("%v: Blocks %d, want %d", c, tm.m.Blocks(), blocks)
 			}
 			x := randInputs(rng, c.n, c.in)
 			want := make([]float32, c.n*c.out)
 			MatMul(want, x, c.n, &tm.m)
-			parts := make([][]float32, c.shards)
-			for s := range parts {
-				parts[s] = make([]float32, c.n*c.out)
-				MatMulShard(parts[s], x, c.n, &tm.m, s)
+			parts := make([][]float32, blocks)
+			for b := range parts {
+				parts[b] = make([]float32, c.n*c.out)
+				MatMulBlock(parts[b], x, c.n, &tm.m, b)
 			}
 			got := make([]float32, len(want))
 			for lo := 0; lo < c.out; lo += 16 {
-				CombineShards(got, parts, c.n, &tm.m, lo, min(lo+16, c.out))
+				CombineBlocks(got, parts, c.n, &tm.m, lo, min(lo+16, c.out))
 			}
 			for i := range want {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("%v: output %d by shards %g, MatMulRows %g", c, i, got[i], want[i])
+					t.Fatalf("%v: output %d by blocks %g, MatMulRows %g", c, i, got[i], want[i])
 				}
 			}
 		}

@@ -15,6 +15,8 @@ type vecKernels struct {
 	expSub  expSubKernel
 	scale   scaleKernel
 	softcap softcapKernel
+	// addScaled: d[i] += sc[i]·a[i] rounded twice (matmul.go's addScaled)
+	addScaled addScaledKernel
 }
 
 // vecWidth is the float32 lanes of the active level's vectors.

@@ -182,85 +182,85 @@ func intI8_2x3_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int,
 //go:noescape
 func intI8_1x3_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// inoutF32_4x1_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F32 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutF32_4x1_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F32 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns; each group starts 4 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutF32_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_1x1_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F32 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutF32_1x1_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F32 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns; each group starts 1 rows further on, with the next 1 values of xs.
 //
 //go:noescape
-func inoutF32_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_4x2_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F32 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutF32_4x2_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F32 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns; each group starts 4 rows further on, with the next 8 values of xs.
 //
 //go:noescape
-func inoutF32_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_1x2_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F32 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutF32_1x2_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F32 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns; each group starts 1 rows further on, with the next 2 values of xs.
 //
 //go:noescape
-func inoutF32_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_4x1_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutF16_4x1_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns; each group starts 4 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutF16_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_1x1_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutF16_1x1_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns; each group starts 1 rows further on, with the next 1 values of xs.
 //
 //go:noescape
-func inoutF16_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_4x2_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutF16_4x2_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns; each group starts 4 rows further on, with the next 8 values of xs.
 //
 //go:noescape
-func inoutF16_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_1x2_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutF16_1x2_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns; each group starts 1 rows further on, with the next 2 values of xs.
 //
 //go:noescape
-func inoutF16_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_4x1_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 BF16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutBF16_4x1_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 BF16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns; each group starts 4 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutBF16_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_1x1_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 BF16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutBF16_1x1_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 BF16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns; each group starts 1 rows further on, with the next 1 values of xs.
 //
 //go:noescape
-func inoutBF16_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_4x2_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 BF16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutBF16_4x2_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 BF16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns; each group starts 4 rows further on, with the next 8 values of xs.
 //
 //go:noescape
-func inoutBF16_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_1x2_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 BF16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutBF16_1x2_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 BF16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns; each group starts 1 rows further on, with the next 2 values of xs.
 //
 //go:noescape
-func inoutBF16_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_4x1_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 I8 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutI8_4x1_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 I8 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns; each group starts 4 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutI8_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_1x1_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 I8 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutI8_1x1_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 I8 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·8 columns; each group starts 1 rows further on, with the next 1 values of xs.
 //
 //go:noescape
-func inoutI8_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_4x2_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 I8 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutI8_4x2_AVX2 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 I8 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns; each group starts 4 rows further on, with the next 8 values of xs.
 //
 //go:noescape
-func inoutI8_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_1x2_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 I8 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns.
+// inoutI8_1x2_AVX2 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 I8 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·8 columns; each group starts 1 rows further on, with the next 2 values of xs.
 //
 //go:noescape
-func inoutI8_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
 // axpy_AVX2 computes y[i] += alpha·x[i] for n·8 elements.
 //
@@ -291,6 +291,11 @@ func scale_AVX2(x *float32, n int, s float32)
 //
 //go:noescape
 func softcap_AVX2(x *float32, n int, mult float32, m2c float32, c float32)
+
+// addScaled_AVX2 computes d[i] += sc[i]·a[i], rounding the product, for n·8 elements.
+//
+//go:noescape
+func addScaled_AVX2(d *float32, sc *float32, a *float32, n int)
 
 // quantQ8_AVX512 quantises n blocks of 32 float32s at x to int8 quants at xq (32 bytes a block), scales at dx (8 copies a block) and -128·(sum of each 4 quants) at cr (8 a block).
 //
@@ -667,245 +672,245 @@ func intI8_4x4_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int,
 //go:noescape
 func intI8_1x4_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// inoutF32_4x1_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F32 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_4x1_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F32 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutF32_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_1x1_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F32 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_1x1_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F32 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 1 values of xs.
 //
 //go:noescape
-func inoutF32_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_4x2_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F32 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_4x2_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F32 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 8 values of xs.
 //
 //go:noescape
-func inoutF32_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_1x2_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F32 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_1x2_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F32 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 2 values of xs.
 //
 //go:noescape
-func inoutF32_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_4x3_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F32 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_4x3_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F32 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 12 values of xs.
 //
 //go:noescape
-func inoutF32_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_1x3_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F32 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_1x3_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F32 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 3 values of xs.
 //
 //go:noescape
-func inoutF32_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_4x4_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F32 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_4x4_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F32 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 16 values of xs.
 //
 //go:noescape
-func inoutF32_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_1x4_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F32 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_1x4_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F32 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutF32_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_4x5_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F32 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_4x5_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F32 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 20 values of xs.
 //
 //go:noescape
-func inoutF32_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_1x5_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F32 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_1x5_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F32 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 5 values of xs.
 //
 //go:noescape
-func inoutF32_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_4x6_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F32 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_4x6_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F32 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 24 values of xs.
 //
 //go:noescape
-func inoutF32_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF32_1x6_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F32 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF32_1x6_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F32 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 6 values of xs.
 //
 //go:noescape
-func inoutF32_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF32_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_4x1_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_4x1_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutF16_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_1x1_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_1x1_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 1 values of xs.
 //
 //go:noescape
-func inoutF16_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_4x2_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_4x2_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 8 values of xs.
 //
 //go:noescape
-func inoutF16_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_1x2_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_1x2_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 2 values of xs.
 //
 //go:noescape
-func inoutF16_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_4x3_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F16 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_4x3_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F16 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 12 values of xs.
 //
 //go:noescape
-func inoutF16_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_1x3_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F16 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_1x3_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F16 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 3 values of xs.
 //
 //go:noescape
-func inoutF16_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_4x4_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F16 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_4x4_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F16 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 16 values of xs.
 //
 //go:noescape
-func inoutF16_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_1x4_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F16 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_1x4_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F16 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutF16_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_4x5_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F16 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_4x5_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F16 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 20 values of xs.
 //
 //go:noescape
-func inoutF16_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_1x5_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F16 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_1x5_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F16 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 5 values of xs.
 //
 //go:noescape
-func inoutF16_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_4x6_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 F16 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_4x6_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 F16 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 24 values of xs.
 //
 //go:noescape
-func inoutF16_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutF16_1x6_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 F16 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutF16_1x6_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 F16 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 6 values of xs.
 //
 //go:noescape
-func inoutF16_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutF16_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_4x1_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 BF16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_4x1_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 BF16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutBF16_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_1x1_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 BF16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_1x1_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 BF16 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 1 values of xs.
 //
 //go:noescape
-func inoutBF16_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_4x2_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 BF16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_4x2_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 BF16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 8 values of xs.
 //
 //go:noescape
-func inoutBF16_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_1x2_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 BF16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_1x2_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 BF16 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 2 values of xs.
 //
 //go:noescape
-func inoutBF16_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_4x3_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 BF16 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_4x3_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 BF16 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 12 values of xs.
 //
 //go:noescape
-func inoutBF16_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_1x3_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 BF16 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_1x3_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 BF16 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 3 values of xs.
 //
 //go:noescape
-func inoutBF16_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_4x4_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 BF16 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_4x4_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 BF16 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 16 values of xs.
 //
 //go:noescape
-func inoutBF16_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_1x4_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 BF16 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_1x4_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 BF16 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutBF16_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_4x5_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 BF16 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_4x5_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 BF16 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 20 values of xs.
 //
 //go:noescape
-func inoutBF16_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_1x5_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 BF16 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_1x5_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 BF16 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 5 values of xs.
 //
 //go:noescape
-func inoutBF16_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_4x6_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 BF16 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_4x6_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 BF16 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 24 values of xs.
 //
 //go:noescape
-func inoutBF16_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutBF16_1x6_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 BF16 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutBF16_1x6_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 BF16 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 6 values of xs.
 //
 //go:noescape
-func inoutBF16_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutBF16_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_4x1_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 I8 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_4x1_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 I8 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutI8_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_1x1_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 I8 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_1x1_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 I8 weight rows (stride ldw bytes), 1 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 1 values of xs.
 //
 //go:noescape
-func inoutI8_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_4x2_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 I8 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_4x2_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 I8 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 8 values of xs.
 //
 //go:noescape
-func inoutI8_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_1x2_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 I8 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_1x2_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 I8 weight rows (stride ldw bytes), 2 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 2 values of xs.
 //
 //go:noescape
-func inoutI8_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_4x3_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 I8 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_4x3_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 I8 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 12 values of xs.
 //
 //go:noescape
-func inoutI8_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_1x3_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 I8 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_1x3_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 I8 weight rows (stride ldw bytes), 3 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 3 values of xs.
 //
 //go:noescape
-func inoutI8_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_4x4_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 I8 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_4x4_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 I8 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 16 values of xs.
 //
 //go:noescape
-func inoutI8_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_1x4_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 I8 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_1x4_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 I8 weight rows (stride ldw bytes), 4 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 4 values of xs.
 //
 //go:noescape
-func inoutI8_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_4x5_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 I8 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_4x5_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 I8 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 20 values of xs.
 //
 //go:noescape
-func inoutI8_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_1x5_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 I8 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_1x5_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 I8 weight rows (stride ldw bytes), 5 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 5 values of xs.
 //
 //go:noescape
-func inoutI8_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_4x6_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for 4 I8 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_4x6_AVX512 computes acc[t][c] += Σ_k xs[t·4+k]·W[k][c] for ng groups of 4 I8 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns; each group starts 4 rows further on, with the next 24 values of xs.
 //
 //go:noescape
-func inoutI8_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
-// inoutI8_1x6_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for 1 I8 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns.
+// inoutI8_1x6_AVX512 computes acc[t][c] += Σ_k xs[t·1+k]·W[k][c] for ng groups of 1 I8 weight rows (stride ldw bytes), 6 accumulator rows (stride lda bytes) and n·16 columns; each group starts 1 rows further on, with the next 6 values of xs.
 //
 //go:noescape
-func inoutI8_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+func inoutI8_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 
 // axpy_AVX512 computes y[i] += alpha·x[i] for n·16 elements.
 //
@@ -936,3 +941,8 @@ func scale_AVX512(x *float32, n int, s float32)
 //
 //go:noescape
 func softcap_AVX512(x *float32, n int, mult float32, m2c float32, c float32)
+
+// addScaled_AVX512 computes d[i] += sc[i]·a[i], rounding the product, for n·16 elements.
+//
+//go:noescape
+func addScaled_AVX512(d *float32, sc *float32, a *float32, n int)

@@ -3132,645 +3132,1855 @@ reduce:
 	VZEROUPPER
 	RET
 
-// func inoutF32_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, FMA3, MMX+
-TEXT ·inoutF32_4x1_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	LEAQ         (DX)(DX*2), BX
-	LEAQ         (CX)(DX*4), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Y0
-	VBROADCASTSS 4(DI), Y1
-	VBROADCASTSS 8(DI), Y2
-	VBROADCASTSS 12(DI), Y3
-	TESTQ        R8, R8
+TEXT ·inoutF32_4x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	LEAQ         (CX)(CX*2), R9
+	LEAQ         (R8)(CX*4), R10
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	MOVQ         SI, R11
+	ANDQ         $0x00000001, R11
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (SI)
-	PREFETCHT0  (SI)(DX*1)
-	PREFETCHT0  (SI)(DX*2)
-	PREFETCHT0  (SI)(BX*1)
-	VMOVUPS     (CX), Y4
-	VMOVUPS     (CX)(DX*1), Y5
-	VMOVUPS     (CX)(DX*2), Y6
-	VMOVUPS     (CX)(BX*1), Y7
-	VMOVUPS     (AX), Y8
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(CX*1)
+	PREFETCHT0  (R10)(CX*2)
+	PREFETCHT0  (R10)(R9*1)
+	VMOVUPS     (R8), Y4
+	VMOVUPS     (R8)(CX*1), Y5
+	VMOVUPS     (R8)(CX*2), Y6
+	VMOVUPS     (R8)(R9*1), Y7
+	VMOVUPS     (DI), Y8
 	VFMADD231PS Y4, Y0, Y8
 	VFMADD231PS Y5, Y1, Y8
 	VFMADD231PS Y6, Y2, Y8
 	VFMADD231PS Y7, Y3, Y8
-	VMOVUPS     Y8, (AX)
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000020, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, FMA3, MMX+
-TEXT ·inoutF32_1x1_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Y0
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	PREFETCHT0  (CX)(DX*1)
-	VMOVUPS     (CX), Y1
-	VMOVUPS     (AX), Y2
-	VFMADD231PS Y1, Y0, Y2
-	VMOVUPS     Y2, (AX)
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000020, AX
+	VMOVUPS     Y8, (DI)
+	VMOVUPS     32(R8), Y4
+	VMOVUPS     32(R8)(CX*1), Y5
+	VMOVUPS     32(R8)(CX*2), Y6
+	VMOVUPS     32(R8)(R9*1), Y7
+	VMOVUPS     32(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 32(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, DI
 	DECQ        SI
 	JNZ         loop
 
-done:
-	VZEROUPPER
-	RET
+rest:
+	TESTQ R11, R11
+	JZ    next
 
-// func inoutF32_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, FMA3, MMX+
-TEXT ·inoutF32_4x2_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	LEAQ         (DX)(BX*4), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Y0
-	VBROADCASTSS 4(R8), Y1
-	VBROADCASTSS 8(R8), Y2
-	VBROADCASTSS 12(R8), Y3
-	VBROADCASTSS 16(R8), Y4
-	VBROADCASTSS 20(R8), Y5
-	VBROADCASTSS 24(R8), Y6
-	VBROADCASTSS 28(R8), Y7
-	TESTQ        R9, R9
-	JZ           done
-
-loop:
-	PREFETCHT0  (DI)
-	PREFETCHT0  (DI)(BX*1)
-	PREFETCHT0  (DI)(BX*2)
-	PREFETCHT0  (DI)(SI*1)
-	VMOVUPS     (DX), Y8
-	VMOVUPS     (DX)(BX*1), Y9
-	VMOVUPS     (DX)(BX*2), Y10
-	VMOVUPS     (DX)(SI*1), Y11
-	VMOVUPS     (AX), Y12
-	VFMADD231PS Y8, Y0, Y12
-	VFMADD231PS Y9, Y1, Y12
-	VFMADD231PS Y10, Y2, Y12
-	VFMADD231PS Y11, Y3, Y12
-	VMOVUPS     Y12, (AX)
-	VMOVUPS     (AX)(CX*1), Y12
-	VFMADD231PS Y8, Y4, Y12
-	VFMADD231PS Y9, Y5, Y12
-	VFMADD231PS Y10, Y6, Y12
-	VFMADD231PS Y11, Y7, Y12
-	VMOVUPS     Y12, (AX)(CX*1)
-	ADDQ        $0x00000020, DX
+one:
+	VMOVUPS     (R8), Y4
+	VMOVUPS     (R8)(CX*1), Y5
+	VMOVUPS     (R8)(CX*2), Y6
+	VMOVUPS     (R8)(R9*1), Y7
+	VMOVUPS     (DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, (DI)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R10
 	ADDQ        $0x00000020, DI
-	ADDQ        $0x00000020, AX
-	DECQ        R9
-	JNZ         loop
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF32_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, FMA3, MMX+
-TEXT ·inoutF32_1x2_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Y0
-	VBROADCASTSS 4(SI), Y1
-	TESTQ        DI, DI
-	JZ           done
+TEXT ·inoutF32_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
 
-loop:
-	PREFETCHT0  (DX)(BX*1)
-	VMOVUPS     (DX), Y2
-	VMOVUPS     (AX), Y3
-	VFMADD231PS Y2, Y0, Y3
-	VMOVUPS     Y3, (AX)
-	VMOVUPS     (AX)(CX*1), Y3
-	VFMADD231PS Y2, Y1, Y3
-	VMOVUPS     Y3, (AX)(CX*1)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000020, AX
-	DECQ        DI
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF16_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·inoutF16_4x1_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	LEAQ         (DX)(DX*2), BX
-	LEAQ         (CX)(DX*4), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Y0
-	VBROADCASTSS 4(DI), Y1
-	VBROADCASTSS 8(DI), Y2
-	VBROADCASTSS 12(DI), Y3
-	TESTQ        R8, R8
-	JZ           done
-
-loop:
-	PREFETCHT0  (SI)
-	PREFETCHT0  (SI)(DX*1)
-	PREFETCHT0  (SI)(DX*2)
-	PREFETCHT0  (SI)(BX*1)
-	VCVTPH2PS   (CX), Y4
-	VCVTPH2PS   (CX)(DX*1), Y5
-	VCVTPH2PS   (CX)(DX*2), Y6
-	VCVTPH2PS   (CX)(BX*1), Y7
-	VMOVUPS     (AX), Y8
-	VFMADD231PS Y4, Y0, Y8
-	VFMADD231PS Y5, Y1, Y8
-	VFMADD231PS Y6, Y2, Y8
-	VFMADD231PS Y7, Y3, Y8
-	VMOVUPS     Y8, (AX)
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000010, SI
-	ADDQ        $0x00000020, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF16_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·inoutF16_1x1_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	MOVQ         xs+32(FP), BX
+group:
 	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Y0
 	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	VBROADCASTSS (DX), Y0
+	MOVQ         SI, R9
+	ANDQ         $0x00000001, R9
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (CX)(DX*1)
-	VCVTPH2PS   (CX), Y1
-	VMOVUPS     (AX), Y2
+	PREFETCHT0  (R8)(CX*1)
+	VMOVUPS     (R8), Y1
+	VMOVUPS     (DI), Y2
 	VFMADD231PS Y1, Y0, Y2
-	VMOVUPS     Y2, (AX)
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000020, AX
+	VMOVUPS     Y2, (DI)
+	VMOVUPS     32(R8), Y1
+	VMOVUPS     32(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 32(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, DI
 	DECQ        SI
 	JNZ         loop
 
+rest:
+	TESTQ R9, R9
+	JZ    next
+
+one:
+	VMOVUPS     (R8), Y1
+	VMOVUPS     (DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (DI)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000004, DX
+	DECQ BX
+	JNZ  group
+
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·inoutF16_4x2_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	LEAQ         (DX)(BX*4), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Y0
-	VBROADCASTSS 4(R8), Y1
-	VBROADCASTSS 8(R8), Y2
-	VBROADCASTSS 12(R8), Y3
-	VBROADCASTSS 16(R8), Y4
-	VBROADCASTSS 20(R8), Y5
-	VBROADCASTSS 24(R8), Y6
-	VBROADCASTSS 28(R8), Y7
-	TESTQ        R9, R9
+// func inoutF32_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·inoutF32_4x2_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	LEAQ         (R9)(CX*4), R11
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	VBROADCASTSS 16(DX), Y4
+	VBROADCASTSS 20(DX), Y5
+	VBROADCASTSS 24(DX), Y6
+	VBROADCASTSS 28(DX), Y7
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (DI)
-	PREFETCHT0  (DI)(BX*1)
-	PREFETCHT0  (DI)(BX*2)
-	PREFETCHT0  (DI)(SI*1)
-	VCVTPH2PS   (DX), Y8
-	VCVTPH2PS   (DX)(BX*1), Y9
-	VCVTPH2PS   (DX)(BX*2), Y10
-	VCVTPH2PS   (DX)(SI*1), Y11
-	VMOVUPS     (AX), Y12
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(CX*1)
+	PREFETCHT0  (R11)(CX*2)
+	PREFETCHT0  (R11)(R10*1)
+	VMOVUPS     (R9), Y8
+	VMOVUPS     (R9)(CX*1), Y9
+	VMOVUPS     (R9)(CX*2), Y10
+	VMOVUPS     (R9)(R10*1), Y11
+	VMOVUPS     (DI), Y12
 	VFMADD231PS Y8, Y0, Y12
 	VFMADD231PS Y9, Y1, Y12
 	VFMADD231PS Y10, Y2, Y12
 	VFMADD231PS Y11, Y3, Y12
-	VMOVUPS     Y12, (AX)
-	VMOVUPS     (AX)(CX*1), Y12
+	VMOVUPS     Y12, (DI)
+	VMOVUPS     (DI)(R8*1), Y12
 	VFMADD231PS Y8, Y4, Y12
 	VFMADD231PS Y9, Y5, Y12
 	VFMADD231PS Y10, Y6, Y12
 	VFMADD231PS Y11, Y7, Y12
-	VMOVUPS     Y12, (AX)(CX*1)
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000010, DI
-	ADDQ        $0x00000020, AX
-	DECQ        R9
+	VMOVUPS     Y12, (DI)(R8*1)
+	VMOVUPS     32(R9), Y8
+	VMOVUPS     32(R9)(CX*1), Y9
+	VMOVUPS     32(R9)(CX*2), Y10
+	VMOVUPS     32(R9)(R10*1), Y11
+	VMOVUPS     32(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 32(DI)
+	VMOVUPS     32(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 32(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VMOVUPS     (R9), Y8
+	VMOVUPS     (R9)(CX*1), Y9
+	VMOVUPS     (R9)(CX*2), Y10
+	VMOVUPS     (R9)(R10*1), Y11
+	VMOVUPS     (DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, (DI)
+	VMOVUPS     (DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, (DI)(R8*1)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000020, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000020, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·inoutF16_1x2_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Y0
-	VBROADCASTSS 4(SI), Y1
-	TESTQ        DI, DI
+// func inoutF32_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·inoutF32_1x2_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	MOVQ         SI, R10
+	ANDQ         $0x00000001, R10
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (DX)(BX*1)
-	VCVTPH2PS   (DX), Y2
-	VMOVUPS     (AX), Y3
+	PREFETCHT0  (R9)(CX*1)
+	VMOVUPS     (R9), Y2
+	VMOVUPS     (DI), Y3
 	VFMADD231PS Y2, Y0, Y3
-	VMOVUPS     Y3, (AX)
-	VMOVUPS     (AX)(CX*1), Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     (DI)(R8*1), Y3
 	VFMADD231PS Y2, Y1, Y3
-	VMOVUPS     Y3, (AX)(CX*1)
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000020, AX
-	DECQ        DI
+	VMOVUPS     Y3, (DI)(R8*1)
+	VMOVUPS     32(R9), Y2
+	VMOVUPS     32(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 32(DI)
+	VMOVUPS     32(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 32(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VMOVUPS     (R9), Y2
+	VMOVUPS     (DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     (DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (DI)(R8*1)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000008, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutBF16_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·inoutBF16_4x1_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	LEAQ         (DX)(DX*2), BX
-	LEAQ         (CX)(DX*4), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Y0
-	VBROADCASTSS 4(DI), Y1
-	VBROADCASTSS 8(DI), Y2
-	VBROADCASTSS 12(DI), Y3
-	TESTQ        R8, R8
+// func inoutF16_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·inoutF16_4x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	LEAQ         (CX)(CX*2), R9
+	LEAQ         (R8)(CX*4), R10
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	MOVQ         SI, R11
+	ANDQ         $0x00000003, R11
+	SHRQ         $0x02, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (SI)
-	PREFETCHT0  (SI)(DX*1)
-	PREFETCHT0  (SI)(DX*2)
-	PREFETCHT0  (SI)(BX*1)
-	VPMOVZXWD   (CX), Y4
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(CX*1)
+	PREFETCHT0  (R10)(CX*2)
+	PREFETCHT0  (R10)(R9*1)
+	VCVTPH2PS   (R8), Y4
+	VCVTPH2PS   (R8)(CX*1), Y5
+	VCVTPH2PS   (R8)(CX*2), Y6
+	VCVTPH2PS   (R8)(R9*1), Y7
+	VMOVUPS     (DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, (DI)
+	VCVTPH2PS   16(R8), Y4
+	VCVTPH2PS   16(R8)(CX*1), Y5
+	VCVTPH2PS   16(R8)(CX*2), Y6
+	VCVTPH2PS   16(R8)(R9*1), Y7
+	VMOVUPS     32(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 32(DI)
+	VCVTPH2PS   32(R8), Y4
+	VCVTPH2PS   32(R8)(CX*1), Y5
+	VCVTPH2PS   32(R8)(CX*2), Y6
+	VCVTPH2PS   32(R8)(R9*1), Y7
+	VMOVUPS     64(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 64(DI)
+	VCVTPH2PS   48(R8), Y4
+	VCVTPH2PS   48(R8)(CX*1), Y5
+	VCVTPH2PS   48(R8)(CX*2), Y6
+	VCVTPH2PS   48(R8)(R9*1), Y7
+	VMOVUPS     96(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 96(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VCVTPH2PS   (R8), Y4
+	VCVTPH2PS   (R8)(CX*1), Y5
+	VCVTPH2PS   (R8)(CX*2), Y6
+	VCVTPH2PS   (R8)(R9*1), Y7
+	VMOVUPS     (DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, (DI)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000020, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·inoutF16_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	VBROADCASTSS (DX), Y0
+	MOVQ         SI, R9
+	ANDQ         $0x00000003, R9
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R8)(CX*1)
+	VCVTPH2PS   (R8), Y1
+	VMOVUPS     (DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (DI)
+	VCVTPH2PS   16(R8), Y1
+	VMOVUPS     32(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 32(DI)
+	VCVTPH2PS   32(R8), Y1
+	VMOVUPS     64(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 64(DI)
+	VCVTPH2PS   48(R8), Y1
+	VMOVUPS     96(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 96(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R9, R9
+	JZ    next
+
+one:
+	VCVTPH2PS   (R8), Y1
+	VMOVUPS     (DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (DI)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000004, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·inoutF16_4x2_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	LEAQ         (R9)(CX*4), R11
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	VBROADCASTSS 16(DX), Y4
+	VBROADCASTSS 20(DX), Y5
+	VBROADCASTSS 24(DX), Y6
+	VBROADCASTSS 28(DX), Y7
+	MOVQ         SI, R12
+	ANDQ         $0x00000003, R12
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(CX*1)
+	PREFETCHT0  (R11)(CX*2)
+	PREFETCHT0  (R11)(R10*1)
+	VCVTPH2PS   (R9), Y8
+	VCVTPH2PS   (R9)(CX*1), Y9
+	VCVTPH2PS   (R9)(CX*2), Y10
+	VCVTPH2PS   (R9)(R10*1), Y11
+	VMOVUPS     (DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, (DI)
+	VMOVUPS     (DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, (DI)(R8*1)
+	VCVTPH2PS   16(R9), Y8
+	VCVTPH2PS   16(R9)(CX*1), Y9
+	VCVTPH2PS   16(R9)(CX*2), Y10
+	VCVTPH2PS   16(R9)(R10*1), Y11
+	VMOVUPS     32(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 32(DI)
+	VMOVUPS     32(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 32(DI)(R8*1)
+	VCVTPH2PS   32(R9), Y8
+	VCVTPH2PS   32(R9)(CX*1), Y9
+	VCVTPH2PS   32(R9)(CX*2), Y10
+	VCVTPH2PS   32(R9)(R10*1), Y11
+	VMOVUPS     64(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 64(DI)(R8*1)
+	VCVTPH2PS   48(R9), Y8
+	VCVTPH2PS   48(R9)(CX*1), Y9
+	VCVTPH2PS   48(R9)(CX*2), Y10
+	VCVTPH2PS   48(R9)(R10*1), Y11
+	VMOVUPS     96(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 96(DI)
+	VMOVUPS     96(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 96(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VCVTPH2PS   (R9), Y8
+	VCVTPH2PS   (R9)(CX*1), Y9
+	VCVTPH2PS   (R9)(CX*2), Y10
+	VCVTPH2PS   (R9)(R10*1), Y11
+	VMOVUPS     (DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, (DI)
+	VMOVUPS     (DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, (DI)(R8*1)
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R11
+	ADDQ        $0x00000020, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000020, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·inoutF16_1x2_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	MOVQ         SI, R10
+	ANDQ         $0x00000003, R10
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R9)(CX*1)
+	VCVTPH2PS   (R9), Y2
+	VMOVUPS     (DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     (DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (DI)(R8*1)
+	VCVTPH2PS   16(R9), Y2
+	VMOVUPS     32(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 32(DI)
+	VMOVUPS     32(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 32(DI)(R8*1)
+	VCVTPH2PS   32(R9), Y2
+	VMOVUPS     64(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 64(DI)(R8*1)
+	VCVTPH2PS   48(R9), Y2
+	VMOVUPS     96(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 96(DI)
+	VMOVUPS     96(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 96(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VCVTPH2PS   (R9), Y2
+	VMOVUPS     (DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     (DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (DI)(R8*1)
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000020, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000008, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutBF16_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·inoutBF16_4x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	LEAQ         (CX)(CX*2), R9
+	LEAQ         (R8)(CX*4), R10
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	MOVQ         SI, R11
+	ANDQ         $0x00000003, R11
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(CX*1)
+	PREFETCHT0  (R10)(CX*2)
+	PREFETCHT0  (R10)(R9*1)
+	VPMOVZXWD   (R8), Y4
 	VPSLLD      $0x10, Y4, Y4
-	VPMOVZXWD   (CX)(DX*1), Y5
+	VPMOVZXWD   (R8)(CX*1), Y5
 	VPSLLD      $0x10, Y5, Y5
-	VPMOVZXWD   (CX)(DX*2), Y6
+	VPMOVZXWD   (R8)(CX*2), Y6
 	VPSLLD      $0x10, Y6, Y6
-	VPMOVZXWD   (CX)(BX*1), Y7
+	VPMOVZXWD   (R8)(R9*1), Y7
 	VPSLLD      $0x10, Y7, Y7
-	VMOVUPS     (AX), Y8
+	VMOVUPS     (DI), Y8
 	VFMADD231PS Y4, Y0, Y8
 	VFMADD231PS Y5, Y1, Y8
 	VFMADD231PS Y6, Y2, Y8
 	VFMADD231PS Y7, Y3, Y8
-	VMOVUPS     Y8, (AX)
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000010, SI
-	ADDQ        $0x00000020, AX
-	DECQ        R8
+	VMOVUPS     Y8, (DI)
+	VPMOVZXWD   16(R8), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VPMOVZXWD   16(R8)(CX*1), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VPMOVZXWD   16(R8)(CX*2), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   16(R8)(R9*1), Y7
+	VPSLLD      $0x10, Y7, Y7
+	VMOVUPS     32(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 32(DI)
+	VPMOVZXWD   32(R8), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VPMOVZXWD   32(R8)(CX*1), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VPMOVZXWD   32(R8)(CX*2), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   32(R8)(R9*1), Y7
+	VPSLLD      $0x10, Y7, Y7
+	VMOVUPS     64(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 64(DI)
+	VPMOVZXWD   48(R8), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VPMOVZXWD   48(R8)(CX*1), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VPMOVZXWD   48(R8)(CX*2), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   48(R8)(R9*1), Y7
+	VPSLLD      $0x10, Y7, Y7
+	VMOVUPS     96(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 96(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VPMOVZXWD   (R8), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VPMOVZXWD   (R8)(CX*1), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VPMOVZXWD   (R8)(CX*2), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   (R8)(R9*1), Y7
+	VPSLLD      $0x10, Y7, Y7
+	VMOVUPS     (DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, (DI)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000020, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutBF16_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·inoutBF16_1x1_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	MOVQ         xs+32(FP), BX
+TEXT ·inoutBF16_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
 	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Y0
 	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	VBROADCASTSS (DX), Y0
+	MOVQ         SI, R9
+	ANDQ         $0x00000003, R9
+	SHRQ         $0x02, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (CX)(DX*1)
-	VPMOVZXWD   (CX), Y1
+	PREFETCHT0  (R8)(CX*1)
+	VPMOVZXWD   (R8), Y1
 	VPSLLD      $0x10, Y1, Y1
-	VMOVUPS     (AX), Y2
+	VMOVUPS     (DI), Y2
 	VFMADD231PS Y1, Y0, Y2
-	VMOVUPS     Y2, (AX)
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000020, AX
+	VMOVUPS     Y2, (DI)
+	VPMOVZXWD   16(R8), Y1
+	VPSLLD      $0x10, Y1, Y1
+	VMOVUPS     32(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 32(DI)
+	VPMOVZXWD   32(R8), Y1
+	VPSLLD      $0x10, Y1, Y1
+	VMOVUPS     64(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 64(DI)
+	VPMOVZXWD   48(R8), Y1
+	VPSLLD      $0x10, Y1, Y1
+	VMOVUPS     96(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 96(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000080, DI
 	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R9, R9
+	JZ    next
+
+one:
+	VPMOVZXWD   (R8), Y1
+	VPSLLD      $0x10, Y1, Y1
+	VMOVUPS     (DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (DI)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000004, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutBF16_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·inoutBF16_4x2_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	LEAQ         (DX)(BX*4), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Y0
-	VBROADCASTSS 4(R8), Y1
-	VBROADCASTSS 8(R8), Y2
-	VBROADCASTSS 12(R8), Y3
-	VBROADCASTSS 16(R8), Y4
-	VBROADCASTSS 20(R8), Y5
-	VBROADCASTSS 24(R8), Y6
-	VBROADCASTSS 28(R8), Y7
-	TESTQ        R9, R9
+TEXT ·inoutBF16_4x2_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	LEAQ         (R9)(CX*4), R11
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	VBROADCASTSS 16(DX), Y4
+	VBROADCASTSS 20(DX), Y5
+	VBROADCASTSS 24(DX), Y6
+	VBROADCASTSS 28(DX), Y7
+	MOVQ         SI, R12
+	ANDQ         $0x00000003, R12
+	SHRQ         $0x02, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (DI)
-	PREFETCHT0  (DI)(BX*1)
-	PREFETCHT0  (DI)(BX*2)
-	PREFETCHT0  (DI)(SI*1)
-	VPMOVZXWD   (DX), Y8
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(CX*1)
+	PREFETCHT0  (R11)(CX*2)
+	PREFETCHT0  (R11)(R10*1)
+	VPMOVZXWD   (R9), Y8
 	VPSLLD      $0x10, Y8, Y8
-	VPMOVZXWD   (DX)(BX*1), Y9
+	VPMOVZXWD   (R9)(CX*1), Y9
 	VPSLLD      $0x10, Y9, Y9
-	VPMOVZXWD   (DX)(BX*2), Y10
+	VPMOVZXWD   (R9)(CX*2), Y10
 	VPSLLD      $0x10, Y10, Y10
-	VPMOVZXWD   (DX)(SI*1), Y11
+	VPMOVZXWD   (R9)(R10*1), Y11
 	VPSLLD      $0x10, Y11, Y11
-	VMOVUPS     (AX), Y12
+	VMOVUPS     (DI), Y12
 	VFMADD231PS Y8, Y0, Y12
 	VFMADD231PS Y9, Y1, Y12
 	VFMADD231PS Y10, Y2, Y12
 	VFMADD231PS Y11, Y3, Y12
-	VMOVUPS     Y12, (AX)
-	VMOVUPS     (AX)(CX*1), Y12
+	VMOVUPS     Y12, (DI)
+	VMOVUPS     (DI)(R8*1), Y12
 	VFMADD231PS Y8, Y4, Y12
 	VFMADD231PS Y9, Y5, Y12
 	VFMADD231PS Y10, Y6, Y12
 	VFMADD231PS Y11, Y7, Y12
-	VMOVUPS     Y12, (AX)(CX*1)
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000010, DI
-	ADDQ        $0x00000020, AX
-	DECQ        R9
+	VMOVUPS     Y12, (DI)(R8*1)
+	VPMOVZXWD   16(R9), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   16(R9)(CX*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VPMOVZXWD   16(R9)(CX*2), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   16(R9)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     32(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 32(DI)
+	VMOVUPS     32(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 32(DI)(R8*1)
+	VPMOVZXWD   32(R9), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   32(R9)(CX*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VPMOVZXWD   32(R9)(CX*2), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   32(R9)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     64(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 64(DI)(R8*1)
+	VPMOVZXWD   48(R9), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   48(R9)(CX*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VPMOVZXWD   48(R9)(CX*2), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   48(R9)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     96(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 96(DI)
+	VMOVUPS     96(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 96(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVZXWD   (R9), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   (R9)(CX*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VPMOVZXWD   (R9)(CX*2), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   (R9)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     (DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, (DI)
+	VMOVUPS     (DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, (DI)(R8*1)
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R11
+	ADDQ        $0x00000020, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000020, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutBF16_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·inoutBF16_1x2_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Y0
-	VBROADCASTSS 4(SI), Y1
-	TESTQ        DI, DI
+TEXT ·inoutBF16_1x2_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	MOVQ         SI, R10
+	ANDQ         $0x00000003, R10
+	SHRQ         $0x02, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (DX)(BX*1)
-	VPMOVZXWD   (DX), Y2
+	PREFETCHT0  (R9)(CX*1)
+	VPMOVZXWD   (R9), Y2
 	VPSLLD      $0x10, Y2, Y2
-	VMOVUPS     (AX), Y3
+	VMOVUPS     (DI), Y3
 	VFMADD231PS Y2, Y0, Y3
-	VMOVUPS     Y3, (AX)
-	VMOVUPS     (AX)(CX*1), Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     (DI)(R8*1), Y3
 	VFMADD231PS Y2, Y1, Y3
-	VMOVUPS     Y3, (AX)(CX*1)
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000020, AX
-	DECQ        DI
+	VMOVUPS     Y3, (DI)(R8*1)
+	VPMOVZXWD   16(R9), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VMOVUPS     32(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 32(DI)
+	VMOVUPS     32(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 32(DI)(R8*1)
+	VPMOVZXWD   32(R9), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VMOVUPS     64(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 64(DI)(R8*1)
+	VPMOVZXWD   48(R9), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VMOVUPS     96(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 96(DI)
+	VMOVUPS     96(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 96(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VPMOVZXWD   (R9), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VMOVUPS     (DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     (DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (DI)(R8*1)
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000020, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000008, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutI8_4x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·inoutI8_4x1_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	LEAQ         (DX)(DX*2), BX
-	LEAQ         (CX)(DX*4), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Y0
-	VBROADCASTSS 4(DI), Y1
-	VBROADCASTSS 8(DI), Y2
-	VBROADCASTSS 12(DI), Y3
-	TESTQ        R8, R8
+TEXT ·inoutI8_4x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	LEAQ         (CX)(CX*2), R9
+	LEAQ         (R8)(CX*4), R10
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	MOVQ         SI, R11
+	ANDQ         $0x00000007, R11
+	SHRQ         $0x03, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (SI)
-	PREFETCHT0  (SI)(DX*1)
-	PREFETCHT0  (SI)(DX*2)
-	PREFETCHT0  (SI)(BX*1)
-	VPMOVSXBD   (CX), Y4
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(CX*1)
+	PREFETCHT0  (R10)(CX*2)
+	PREFETCHT0  (R10)(R9*1)
+	VPMOVSXBD   (R8), Y4
 	VCVTDQ2PS   Y4, Y4
-	VPMOVSXBD   (CX)(DX*1), Y5
+	VPMOVSXBD   (R8)(CX*1), Y5
 	VCVTDQ2PS   Y5, Y5
-	VPMOVSXBD   (CX)(DX*2), Y6
+	VPMOVSXBD   (R8)(CX*2), Y6
 	VCVTDQ2PS   Y6, Y6
-	VPMOVSXBD   (CX)(BX*1), Y7
+	VPMOVSXBD   (R8)(R9*1), Y7
 	VCVTDQ2PS   Y7, Y7
-	VMOVUPS     (AX), Y8
+	VMOVUPS     (DI), Y8
 	VFMADD231PS Y4, Y0, Y8
 	VFMADD231PS Y5, Y1, Y8
 	VFMADD231PS Y6, Y2, Y8
 	VFMADD231PS Y7, Y3, Y8
-	VMOVUPS     Y8, (AX)
-	ADDQ        $0x00000008, CX
-	ADDQ        $0x00000008, SI
-	ADDQ        $0x00000020, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutI8_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·inoutI8_1x1_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Y0
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	PREFETCHT0  (CX)(DX*1)
-	VPMOVSXBD   (CX), Y1
-	VCVTDQ2PS   Y1, Y1
-	VMOVUPS     (AX), Y2
-	VFMADD231PS Y1, Y0, Y2
-	VMOVUPS     Y2, (AX)
-	ADDQ        $0x00000008, CX
-	ADDQ        $0x00000020, AX
+	VMOVUPS     Y8, (DI)
+	VPMOVSXBD   8(R8), Y4
+	VCVTDQ2PS   Y4, Y4
+	VPMOVSXBD   8(R8)(CX*1), Y5
+	VCVTDQ2PS   Y5, Y5
+	VPMOVSXBD   8(R8)(CX*2), Y6
+	VCVTDQ2PS   Y6, Y6
+	VPMOVSXBD   8(R8)(R9*1), Y7
+	VCVTDQ2PS   Y7, Y7
+	VMOVUPS     32(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 32(DI)
+	VPMOVSXBD   16(R8), Y4
+	VCVTDQ2PS   Y4, Y4
+	VPMOVSXBD   16(R8)(CX*1), Y5
+	VCVTDQ2PS   Y5, Y5
+	VPMOVSXBD   16(R8)(CX*2), Y6
+	VCVTDQ2PS   Y6, Y6
+	VPMOVSXBD   16(R8)(R9*1), Y7
+	VCVTDQ2PS   Y7, Y7
+	VMOVUPS     64(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 64(DI)
+	VPMOVSXBD   24(R8), Y4
+	VCVTDQ2PS   Y4, Y4
+	VPMOVSXBD   24(R8)(CX*1), Y5
+	VCVTDQ2PS   Y5, Y5
+	VPMOVSXBD   24(R8)(CX*2), Y6
+	VCVTDQ2PS   Y6, Y6
+	VPMOVSXBD   24(R8)(R9*1), Y7
+	VCVTDQ2PS   Y7, Y7
+	VMOVUPS     96(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 96(DI)
+	VPMOVSXBD   32(R8), Y4
+	VCVTDQ2PS   Y4, Y4
+	VPMOVSXBD   32(R8)(CX*1), Y5
+	VCVTDQ2PS   Y5, Y5
+	VPMOVSXBD   32(R8)(CX*2), Y6
+	VCVTDQ2PS   Y6, Y6
+	VPMOVSXBD   32(R8)(R9*1), Y7
+	VCVTDQ2PS   Y7, Y7
+	VMOVUPS     128(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 128(DI)
+	VPMOVSXBD   40(R8), Y4
+	VCVTDQ2PS   Y4, Y4
+	VPMOVSXBD   40(R8)(CX*1), Y5
+	VCVTDQ2PS   Y5, Y5
+	VPMOVSXBD   40(R8)(CX*2), Y6
+	VCVTDQ2PS   Y6, Y6
+	VPMOVSXBD   40(R8)(R9*1), Y7
+	VCVTDQ2PS   Y7, Y7
+	VMOVUPS     160(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 160(DI)
+	VPMOVSXBD   48(R8), Y4
+	VCVTDQ2PS   Y4, Y4
+	VPMOVSXBD   48(R8)(CX*1), Y5
+	VCVTDQ2PS   Y5, Y5
+	VPMOVSXBD   48(R8)(CX*2), Y6
+	VCVTDQ2PS   Y6, Y6
+	VPMOVSXBD   48(R8)(R9*1), Y7
+	VCVTDQ2PS   Y7, Y7
+	VMOVUPS     192(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 192(DI)
+	VPMOVSXBD   56(R8), Y4
+	VCVTDQ2PS   Y4, Y4
+	VPMOVSXBD   56(R8)(CX*1), Y5
+	VCVTDQ2PS   Y5, Y5
+	VPMOVSXBD   56(R8)(CX*2), Y6
+	VCVTDQ2PS   Y6, Y6
+	VPMOVSXBD   56(R8)(R9*1), Y7
+	VCVTDQ2PS   Y7, Y7
+	VMOVUPS     224(DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, 224(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000100, DI
 	DECQ        SI
 	JNZ         loop
 
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VPMOVSXBD   (R8), Y4
+	VCVTDQ2PS   Y4, Y4
+	VPMOVSXBD   (R8)(CX*1), Y5
+	VCVTDQ2PS   Y5, Y5
+	VPMOVSXBD   (R8)(CX*2), Y6
+	VCVTDQ2PS   Y6, Y6
+	VPMOVSXBD   (R8)(R9*1), Y7
+	VCVTDQ2PS   Y7, Y7
+	VMOVUPS     (DI), Y8
+	VFMADD231PS Y4, Y0, Y8
+	VFMADD231PS Y5, Y1, Y8
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y3, Y8
+	VMOVUPS     Y8, (DI)
+	ADDQ        $0x00000008, R8
+	ADDQ        $0x00000008, R10
+	ADDQ        $0x00000020, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
+
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutI8_1x1_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·inoutI8_4x2_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	LEAQ         (DX)(BX*4), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Y0
-	VBROADCASTSS 4(R8), Y1
-	VBROADCASTSS 8(R8), Y2
-	VBROADCASTSS 12(R8), Y3
-	VBROADCASTSS 16(R8), Y4
-	VBROADCASTSS 20(R8), Y5
-	VBROADCASTSS 24(R8), Y6
-	VBROADCASTSS 28(R8), Y7
-	TESTQ        R9, R9
+TEXT ·inoutI8_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	VBROADCASTSS (DX), Y0
+	MOVQ         SI, R9
+	ANDQ         $0x00000007, R9
+	SHRQ         $0x03, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (DI)
-	PREFETCHT0  (DI)(BX*1)
-	PREFETCHT0  (DI)(BX*2)
-	PREFETCHT0  (DI)(SI*1)
-	VPMOVSXBD   (DX), Y8
+	PREFETCHT0  (R8)(CX*1)
+	VPMOVSXBD   (R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     (DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (DI)
+	VPMOVSXBD   8(R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     32(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 32(DI)
+	VPMOVSXBD   16(R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     64(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 64(DI)
+	VPMOVSXBD   24(R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     96(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 96(DI)
+	VPMOVSXBD   32(R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     128(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 128(DI)
+	VPMOVSXBD   40(R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     160(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 160(DI)
+	VPMOVSXBD   48(R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     192(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 192(DI)
+	VPMOVSXBD   56(R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     224(DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 224(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R9, R9
+	JZ    next
+
+one:
+	VPMOVSXBD   (R8), Y1
+	VCVTDQ2PS   Y1, Y1
+	VMOVUPS     (DI), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (DI)
+	ADDQ        $0x00000008, R8
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000004, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_4x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·inoutI8_4x2_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	LEAQ         (R9)(CX*4), R11
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	VBROADCASTSS 8(DX), Y2
+	VBROADCASTSS 12(DX), Y3
+	VBROADCASTSS 16(DX), Y4
+	VBROADCASTSS 20(DX), Y5
+	VBROADCASTSS 24(DX), Y6
+	VBROADCASTSS 28(DX), Y7
+	MOVQ         SI, R12
+	ANDQ         $0x00000007, R12
+	SHRQ         $0x03, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(CX*1)
+	PREFETCHT0  (R11)(CX*2)
+	PREFETCHT0  (R11)(R10*1)
+	VPMOVSXBD   (R9), Y8
 	VCVTDQ2PS   Y8, Y8
-	VPMOVSXBD   (DX)(BX*1), Y9
+	VPMOVSXBD   (R9)(CX*1), Y9
 	VCVTDQ2PS   Y9, Y9
-	VPMOVSXBD   (DX)(BX*2), Y10
+	VPMOVSXBD   (R9)(CX*2), Y10
 	VCVTDQ2PS   Y10, Y10
-	VPMOVSXBD   (DX)(SI*1), Y11
+	VPMOVSXBD   (R9)(R10*1), Y11
 	VCVTDQ2PS   Y11, Y11
-	VMOVUPS     (AX), Y12
+	VMOVUPS     (DI), Y12
 	VFMADD231PS Y8, Y0, Y12
 	VFMADD231PS Y9, Y1, Y12
 	VFMADD231PS Y10, Y2, Y12
 	VFMADD231PS Y11, Y3, Y12
-	VMOVUPS     Y12, (AX)
-	VMOVUPS     (AX)(CX*1), Y12
+	VMOVUPS     Y12, (DI)
+	VMOVUPS     (DI)(R8*1), Y12
 	VFMADD231PS Y8, Y4, Y12
 	VFMADD231PS Y9, Y5, Y12
 	VFMADD231PS Y10, Y6, Y12
 	VFMADD231PS Y11, Y7, Y12
-	VMOVUPS     Y12, (AX)(CX*1)
-	ADDQ        $0x00000008, DX
-	ADDQ        $0x00000008, DI
-	ADDQ        $0x00000020, AX
-	DECQ        R9
+	VMOVUPS     Y12, (DI)(R8*1)
+	VPMOVSXBD   8(R9), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVSXBD   8(R9)(CX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VPMOVSXBD   8(R9)(CX*2), Y10
+	VCVTDQ2PS   Y10, Y10
+	VPMOVSXBD   8(R9)(R10*1), Y11
+	VCVTDQ2PS   Y11, Y11
+	VMOVUPS     32(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 32(DI)
+	VMOVUPS     32(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 32(DI)(R8*1)
+	VPMOVSXBD   16(R9), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVSXBD   16(R9)(CX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VPMOVSXBD   16(R9)(CX*2), Y10
+	VCVTDQ2PS   Y10, Y10
+	VPMOVSXBD   16(R9)(R10*1), Y11
+	VCVTDQ2PS   Y11, Y11
+	VMOVUPS     64(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 64(DI)(R8*1)
+	VPMOVSXBD   24(R9), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVSXBD   24(R9)(CX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VPMOVSXBD   24(R9)(CX*2), Y10
+	VCVTDQ2PS   Y10, Y10
+	VPMOVSXBD   24(R9)(R10*1), Y11
+	VCVTDQ2PS   Y11, Y11
+	VMOVUPS     96(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 96(DI)
+	VMOVUPS     96(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 96(DI)(R8*1)
+	VPMOVSXBD   32(R9), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVSXBD   32(R9)(CX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VPMOVSXBD   32(R9)(CX*2), Y10
+	VCVTDQ2PS   Y10, Y10
+	VPMOVSXBD   32(R9)(R10*1), Y11
+	VCVTDQ2PS   Y11, Y11
+	VMOVUPS     128(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 128(DI)(R8*1)
+	VPMOVSXBD   40(R9), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVSXBD   40(R9)(CX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VPMOVSXBD   40(R9)(CX*2), Y10
+	VCVTDQ2PS   Y10, Y10
+	VPMOVSXBD   40(R9)(R10*1), Y11
+	VCVTDQ2PS   Y11, Y11
+	VMOVUPS     160(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 160(DI)
+	VMOVUPS     160(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 160(DI)(R8*1)
+	VPMOVSXBD   48(R9), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVSXBD   48(R9)(CX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VPMOVSXBD   48(R9)(CX*2), Y10
+	VCVTDQ2PS   Y10, Y10
+	VPMOVSXBD   48(R9)(R10*1), Y11
+	VCVTDQ2PS   Y11, Y11
+	VMOVUPS     192(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 192(DI)(R8*1)
+	VPMOVSXBD   56(R9), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVSXBD   56(R9)(CX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VPMOVSXBD   56(R9)(CX*2), Y10
+	VCVTDQ2PS   Y10, Y10
+	VPMOVSXBD   56(R9)(R10*1), Y11
+	VCVTDQ2PS   Y11, Y11
+	VMOVUPS     224(DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, 224(DI)
+	VMOVUPS     224(DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, 224(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000100, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVSXBD   (R9), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVSXBD   (R9)(CX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VPMOVSXBD   (R9)(CX*2), Y10
+	VCVTDQ2PS   Y10, Y10
+	VPMOVSXBD   (R9)(R10*1), Y11
+	VCVTDQ2PS   Y11, Y11
+	VMOVUPS     (DI), Y12
+	VFMADD231PS Y8, Y0, Y12
+	VFMADD231PS Y9, Y1, Y12
+	VFMADD231PS Y10, Y2, Y12
+	VFMADD231PS Y11, Y3, Y12
+	VMOVUPS     Y12, (DI)
+	VMOVUPS     (DI)(R8*1), Y12
+	VFMADD231PS Y8, Y4, Y12
+	VFMADD231PS Y9, Y5, Y12
+	VFMADD231PS Y10, Y6, Y12
+	VFMADD231PS Y11, Y7, Y12
+	VMOVUPS     Y12, (DI)(R8*1)
+	ADDQ        $0x00000008, R9
+	ADDQ        $0x00000008, R11
+	ADDQ        $0x00000020, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000020, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutI8_1x2_AVX2(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·inoutI8_1x2_AVX2(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Y0
-	VBROADCASTSS 4(SI), Y1
-	TESTQ        DI, DI
+TEXT ·inoutI8_1x2_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Y0
+	VBROADCASTSS 4(DX), Y1
+	MOVQ         SI, R10
+	ANDQ         $0x00000007, R10
+	SHRQ         $0x03, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (DX)(BX*1)
-	VPMOVSXBD   (DX), Y2
+	PREFETCHT0  (R9)(CX*1)
+	VPMOVSXBD   (R9), Y2
 	VCVTDQ2PS   Y2, Y2
-	VMOVUPS     (AX), Y3
+	VMOVUPS     (DI), Y3
 	VFMADD231PS Y2, Y0, Y3
-	VMOVUPS     Y3, (AX)
-	VMOVUPS     (AX)(CX*1), Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     (DI)(R8*1), Y3
 	VFMADD231PS Y2, Y1, Y3
-	VMOVUPS     Y3, (AX)(CX*1)
-	ADDQ        $0x00000008, DX
-	ADDQ        $0x00000020, AX
-	DECQ        DI
+	VMOVUPS     Y3, (DI)(R8*1)
+	VPMOVSXBD   8(R9), Y2
+	VCVTDQ2PS   Y2, Y2
+	VMOVUPS     32(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 32(DI)
+	VMOVUPS     32(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 32(DI)(R8*1)
+	VPMOVSXBD   16(R9), Y2
+	VCVTDQ2PS   Y2, Y2
+	VMOVUPS     64(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 64(DI)(R8*1)
+	VPMOVSXBD   24(R9), Y2
+	VCVTDQ2PS   Y2, Y2
+	VMOVUPS     96(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 96(DI)
+	VMOVUPS     96(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 96(DI)(R8*1)
+	VPMOVSXBD   32(R9), Y2
+	VCVTDQ2PS   Y2, Y2
+	VMOVUPS     128(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 128(DI)(R8*1)
+	VPMOVSXBD   40(R9), Y2
+	VCVTDQ2PS   Y2, Y2
+	VMOVUPS     160(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 160(DI)
+	VMOVUPS     160(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 160(DI)(R8*1)
+	VPMOVSXBD   48(R9), Y2
+	VCVTDQ2PS   Y2, Y2
+	VMOVUPS     192(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 192(DI)(R8*1)
+	VPMOVSXBD   56(R9), Y2
+	VCVTDQ2PS   Y2, Y2
+	VMOVUPS     224(DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, 224(DI)
+	VMOVUPS     224(DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 224(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000100, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VPMOVSXBD   (R9), Y2
+	VCVTDQ2PS   Y2, Y2
+	VMOVUPS     (DI), Y3
+	VFMADD231PS Y2, Y0, Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     (DI)(R8*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (DI)(R8*1)
+	ADDQ        $0x00000008, R9
+	ADDQ        $0x00000020, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000008, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
@@ -4145,6 +5355,31 @@ DATA AVX2_two<>+20(SB)/4, $0x40000000
 DATA AVX2_two<>+24(SB)/4, $0x40000000
 DATA AVX2_two<>+28(SB)/4, $0x40000000
 GLOBL AVX2_two<>(SB), RODATA|NOPTR, $32
+
+// func addScaled_AVX2(d *float32, sc *float32, a *float32, n int)
+// Requires: AVX
+TEXT ·addScaled_AVX2(SB), NOSPLIT, $0-32
+	MOVQ  d+0(FP), AX
+	MOVQ  sc+8(FP), CX
+	MOVQ  a+16(FP), DX
+	MOVQ  n+24(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+loop:
+	VMOVUPS (CX), Y0
+	VMULPS  (DX), Y0, Y0
+	VADDPS  (AX), Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x00000020, AX
+	ADDQ    $0x00000020, CX
+	ADDQ    $0x00000020, DX
+	DECQ    BX
+	JNZ     loop
+
+done:
+	VZEROUPPER
+	RET
 
 // func quantQ8_AVX512(x *float32, n int, xq *byte, dx *float32, cr *int32)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL
@@ -13945,2549 +15180,5555 @@ reduce:
 	VZEROUPPER
 	RET
 
-// func inoutF32_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·inoutF32_4x1_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	LEAQ         (DX)(DX*2), BX
-	LEAQ         (CX)(DX*4), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	TESTQ        R8, R8
+TEXT ·inoutF32_4x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	LEAQ         (CX)(CX*2), R9
+	LEAQ         (R8)(CX*4), R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
 
 loop:
-	PREFETCHT0  (SI)
-	PREFETCHT0  (SI)(DX*1)
-	PREFETCHT0  (SI)(DX*2)
-	PREFETCHT0  (SI)(BX*1)
-	VMOVUPS     (CX), Z4
-	VMOVUPS     (CX)(DX*1), Z5
-	VMOVUPS     (CX)(DX*2), Z6
-	VMOVUPS     (CX)(BX*1), Z7
-	VMOVUPS     (AX), Z8
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(CX*1)
+	PREFETCHT0  (R10)(CX*2)
+	PREFETCHT0  (R10)(R9*1)
+	VMOVUPS     (R8), Z4
+	VMOVUPS     (R8)(CX*1), Z5
+	VMOVUPS     (R8)(CX*2), Z6
+	VMOVUPS     (R8)(R9*1), Z7
+	VMOVUPS     (DI), Z8
 	VFMADD231PS Z4, Z0, Z8
 	VFMADD231PS Z5, Z1, Z8
 	VFMADD231PS Z6, Z2, Z8
 	VFMADD231PS Z7, Z3, Z8
-	VMOVUPS     Z8, (AX)
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000040, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutF32_1x1_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Z0
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	PREFETCHT0  (CX)(DX*1)
-	VMOVUPS     (CX), Z1
-	VMOVUPS     (AX), Z2
-	VFMADD231PS Z1, Z0, Z2
-	VMOVUPS     Z2, (AX)
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000040, AX
-	DECQ        SI
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutF32_4x2_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	LEAQ         (DX)(BX*4), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Z0
-	VBROADCASTSS 4(R8), Z1
-	VBROADCASTSS 8(R8), Z2
-	VBROADCASTSS 12(R8), Z3
-	VBROADCASTSS 16(R8), Z4
-	VBROADCASTSS 20(R8), Z5
-	VBROADCASTSS 24(R8), Z6
-	VBROADCASTSS 28(R8), Z7
-	TESTQ        R9, R9
-	JZ           done
-
-loop:
-	PREFETCHT0  (DI)
-	PREFETCHT0  (DI)(BX*1)
-	PREFETCHT0  (DI)(BX*2)
-	PREFETCHT0  (DI)(SI*1)
-	VMOVUPS     (DX), Z8
-	VMOVUPS     (DX)(BX*1), Z9
-	VMOVUPS     (DX)(BX*2), Z10
-	VMOVUPS     (DX)(SI*1), Z11
-	VMOVUPS     (AX), Z12
-	VFMADD231PS Z8, Z0, Z12
-	VFMADD231PS Z9, Z1, Z12
-	VFMADD231PS Z10, Z2, Z12
-	VFMADD231PS Z11, Z3, Z12
-	VMOVUPS     Z12, (AX)
-	VMOVUPS     (AX)(CX*1), Z12
-	VFMADD231PS Z8, Z4, Z12
-	VFMADD231PS Z9, Z5, Z12
-	VFMADD231PS Z10, Z6, Z12
-	VFMADD231PS Z11, Z7, Z12
-	VMOVUPS     Z12, (AX)(CX*1)
-	ADDQ        $0x00000040, DX
+	VMOVUPS     Z8, (DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R10
 	ADDQ        $0x00000040, DI
-	ADDQ        $0x00000040, AX
-	DECQ        R9
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutF32_1x2_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Z0
-	VBROADCASTSS 4(SI), Z1
-	TESTQ        DI, DI
-	JZ           done
-
-loop:
-	PREFETCHT0  (DX)(BX*1)
-	VMOVUPS     (DX), Z2
-	VMOVUPS     (AX), Z3
-	VFMADD231PS Z2, Z0, Z3
-	VMOVUPS     Z3, (AX)
-	VMOVUPS     (AX)(CX*1), Z3
-	VFMADD231PS Z2, Z1, Z3
-	VMOVUPS     Z3, (AX)(CX*1)
-	ADDQ        $0x00000040, DX
-	ADDQ        $0x00000040, AX
-	DECQ        DI
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF32_4x3_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	VBROADCASTSS 20(DI), Z5
-	VBROADCASTSS 24(DI), Z6
-	VBROADCASTSS 28(DI), Z7
-	VBROADCASTSS 32(DI), Z8
-	VBROADCASTSS 36(DI), Z9
-	VBROADCASTSS 40(DI), Z10
-	VBROADCASTSS 44(DI), Z11
-	TESTQ        R8, R8
-	JZ           done
-
-loop:
-	VMOVUPS     (DX), Z12
-	VMOVUPS     (DX)(BX*1), Z13
-	VMOVUPS     (DX)(BX*2), Z14
-	VMOVUPS     (DX)(SI*1), Z15
-	VMOVUPS     (AX), Z16
-	VFMADD231PS Z12, Z0, Z16
-	VFMADD231PS Z13, Z1, Z16
-	VFMADD231PS Z14, Z2, Z16
-	VFMADD231PS Z15, Z3, Z16
-	VMOVUPS     Z16, (AX)
-	VMOVUPS     (AX)(CX*1), Z16
-	VFMADD231PS Z12, Z4, Z16
-	VFMADD231PS Z13, Z5, Z16
-	VFMADD231PS Z14, Z6, Z16
-	VFMADD231PS Z15, Z7, Z16
-	VMOVUPS     Z16, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z16
-	VFMADD231PS Z12, Z8, Z16
-	VFMADD231PS Z13, Z9, Z16
-	VFMADD231PS Z14, Z10, Z16
-	VFMADD231PS Z15, Z11, Z16
-	VMOVUPS     Z16, (AX)(CX*2)
-	ADDQ        $0x00000040, DX
-	ADDQ        $0x00000040, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF32_1x3_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Z0
-	VBROADCASTSS 4(BX), Z1
-	VBROADCASTSS 8(BX), Z2
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	VMOVUPS     (DX), Z3
-	VMOVUPS     (AX), Z4
-	VFMADD231PS Z3, Z0, Z4
-	VMOVUPS     Z4, (AX)
-	VMOVUPS     (AX)(CX*1), Z4
-	VFMADD231PS Z3, Z1, Z4
-	VMOVUPS     Z4, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z4
-	VFMADD231PS Z3, Z2, Z4
-	VMOVUPS     Z4, (AX)(CX*2)
-	ADDQ        $0x00000040, DX
-	ADDQ        $0x00000040, AX
 	DECQ        SI
 	JNZ         loop
+	LEAQ        (AX)(CX*4), AX
+	ADDQ        $0x00000010, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF32_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF32_4x4_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	MOVQ         w+16(FP), BX
-	MOVQ         ldw+24(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Z0
-	VBROADCASTSS 4(R8), Z1
-	VBROADCASTSS 8(R8), Z2
-	VBROADCASTSS 12(R8), Z3
-	VBROADCASTSS 16(R8), Z4
-	VBROADCASTSS 20(R8), Z5
-	VBROADCASTSS 24(R8), Z6
-	VBROADCASTSS 28(R8), Z7
-	VBROADCASTSS 32(R8), Z8
-	VBROADCASTSS 36(R8), Z9
-	VBROADCASTSS 40(R8), Z10
-	VBROADCASTSS 44(R8), Z11
-	VBROADCASTSS 48(R8), Z12
-	VBROADCASTSS 52(R8), Z13
-	VBROADCASTSS 56(R8), Z14
-	VBROADCASTSS 60(R8), Z15
-	TESTQ        R9, R9
-	JZ           done
-
-loop:
-	VMOVUPS     (BX), Z16
-	VMOVUPS     (BX)(SI*1), Z17
-	VMOVUPS     (BX)(SI*2), Z18
-	VMOVUPS     (BX)(DI*1), Z19
-	VMOVUPS     (AX), Z20
-	VFMADD231PS Z16, Z0, Z20
-	VFMADD231PS Z17, Z1, Z20
-	VFMADD231PS Z18, Z2, Z20
-	VFMADD231PS Z19, Z3, Z20
-	VMOVUPS     Z20, (AX)
-	VMOVUPS     (AX)(CX*1), Z20
-	VFMADD231PS Z16, Z4, Z20
-	VFMADD231PS Z17, Z5, Z20
-	VFMADD231PS Z18, Z6, Z20
-	VFMADD231PS Z19, Z7, Z20
-	VMOVUPS     Z20, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z20
-	VFMADD231PS Z16, Z8, Z20
-	VFMADD231PS Z17, Z9, Z20
-	VFMADD231PS Z18, Z10, Z20
-	VFMADD231PS Z19, Z11, Z20
-	VMOVUPS     Z20, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z20
-	VFMADD231PS Z16, Z12, Z20
-	VFMADD231PS Z17, Z13, Z20
-	VFMADD231PS Z18, Z14, Z20
-	VFMADD231PS Z19, Z15, Z20
-	VMOVUPS     Z20, (AX)(DX*1)
-	ADDQ        $0x00000040, BX
-	ADDQ        $0x00000040, AX
-	DECQ        R9
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF32_1x4_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	MOVQ         w+16(FP), BX
-	MOVQ         ldw+24(FP), SI
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Z0
-	VBROADCASTSS 4(SI), Z1
-	VBROADCASTSS 8(SI), Z2
-	VBROADCASTSS 12(SI), Z3
-	TESTQ        DI, DI
-	JZ           done
-
-loop:
-	VMOVUPS     (BX), Z4
-	VMOVUPS     (AX), Z5
-	VFMADD231PS Z4, Z0, Z5
-	VMOVUPS     Z5, (AX)
-	VMOVUPS     (AX)(CX*1), Z5
-	VFMADD231PS Z4, Z1, Z5
-	VMOVUPS     Z5, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z5
-	VFMADD231PS Z4, Z2, Z5
-	VMOVUPS     Z5, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z5
-	VFMADD231PS Z4, Z3, Z5
-	VMOVUPS     Z5, (AX)(DX*1)
-	ADDQ        $0x00000040, BX
-	ADDQ        $0x00000040, AX
-	DECQ        DI
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF32_4x5_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	LEAQ         (DI)(DI*2), R8
-	MOVQ         xs+32(FP), R9
-	MOVQ         n+40(FP), R10
-	VBROADCASTSS (R9), Z0
-	VBROADCASTSS 4(R9), Z1
-	VBROADCASTSS 8(R9), Z2
-	VBROADCASTSS 12(R9), Z3
-	VBROADCASTSS 16(R9), Z4
-	VBROADCASTSS 20(R9), Z5
-	VBROADCASTSS 24(R9), Z6
-	VBROADCASTSS 28(R9), Z7
-	VBROADCASTSS 32(R9), Z8
-	VBROADCASTSS 36(R9), Z9
-	VBROADCASTSS 40(R9), Z10
-	VBROADCASTSS 44(R9), Z11
-	VBROADCASTSS 48(R9), Z12
-	VBROADCASTSS 52(R9), Z13
-	VBROADCASTSS 56(R9), Z14
-	VBROADCASTSS 60(R9), Z15
-	VBROADCASTSS 64(R9), Z16
-	VBROADCASTSS 68(R9), Z17
-	VBROADCASTSS 72(R9), Z18
-	VBROADCASTSS 76(R9), Z19
-	TESTQ        R10, R10
-	JZ           done
-
-loop:
-	VMOVUPS     (SI), Z20
-	VMOVUPS     (SI)(DI*1), Z21
-	VMOVUPS     (SI)(DI*2), Z22
-	VMOVUPS     (SI)(R8*1), Z23
-	VMOVUPS     (AX), Z24
-	VFMADD231PS Z20, Z0, Z24
-	VFMADD231PS Z21, Z1, Z24
-	VFMADD231PS Z22, Z2, Z24
-	VFMADD231PS Z23, Z3, Z24
-	VMOVUPS     Z24, (AX)
-	VMOVUPS     (AX)(CX*1), Z24
-	VFMADD231PS Z20, Z4, Z24
-	VFMADD231PS Z21, Z5, Z24
-	VFMADD231PS Z22, Z6, Z24
-	VFMADD231PS Z23, Z7, Z24
-	VMOVUPS     Z24, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z24
-	VFMADD231PS Z20, Z8, Z24
-	VFMADD231PS Z21, Z9, Z24
-	VFMADD231PS Z22, Z10, Z24
-	VFMADD231PS Z23, Z11, Z24
-	VMOVUPS     Z24, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z24
-	VFMADD231PS Z20, Z12, Z24
-	VFMADD231PS Z21, Z13, Z24
-	VFMADD231PS Z22, Z14, Z24
-	VFMADD231PS Z23, Z15, Z24
-	VMOVUPS     Z24, (AX)(DX*1)
-	VMOVUPS     (BX), Z24
-	VFMADD231PS Z20, Z16, Z24
-	VFMADD231PS Z21, Z17, Z24
-	VFMADD231PS Z22, Z18, Z24
-	VFMADD231PS Z23, Z19, Z24
-	VMOVUPS     Z24, (BX)
-	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R10
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF32_1x5_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	TESTQ        R8, R8
-	JZ           done
-
-loop:
-	VMOVUPS     (SI), Z5
-	VMOVUPS     (AX), Z6
-	VFMADD231PS Z5, Z0, Z6
-	VMOVUPS     Z6, (AX)
-	VMOVUPS     (AX)(CX*1), Z6
-	VFMADD231PS Z5, Z1, Z6
-	VMOVUPS     Z6, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z6
-	VFMADD231PS Z5, Z2, Z6
-	VMOVUPS     Z6, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z6
-	VFMADD231PS Z5, Z3, Z6
-	VMOVUPS     Z6, (AX)(DX*1)
-	VMOVUPS     (BX), Z6
-	VFMADD231PS Z5, Z4, Z6
-	VMOVUPS     Z6, (BX)
-	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF32_4x6_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	LEAQ         (DI)(DI*2), R8
-	MOVQ         xs+32(FP), R9
-	MOVQ         n+40(FP), R10
-	VBROADCASTSS (R9), Z0
-	VBROADCASTSS 4(R9), Z1
-	VBROADCASTSS 8(R9), Z2
-	VBROADCASTSS 12(R9), Z3
-	VBROADCASTSS 16(R9), Z4
-	VBROADCASTSS 20(R9), Z5
-	VBROADCASTSS 24(R9), Z6
-	VBROADCASTSS 28(R9), Z7
-	VBROADCASTSS 32(R9), Z8
-	VBROADCASTSS 36(R9), Z9
-	VBROADCASTSS 40(R9), Z10
-	VBROADCASTSS 44(R9), Z11
-	VBROADCASTSS 48(R9), Z12
-	VBROADCASTSS 52(R9), Z13
-	VBROADCASTSS 56(R9), Z14
-	VBROADCASTSS 60(R9), Z15
-	VBROADCASTSS 64(R9), Z16
-	VBROADCASTSS 68(R9), Z17
-	VBROADCASTSS 72(R9), Z18
-	VBROADCASTSS 76(R9), Z19
-	VBROADCASTSS 80(R9), Z20
-	VBROADCASTSS 84(R9), Z21
-	VBROADCASTSS 88(R9), Z22
-	VBROADCASTSS 92(R9), Z23
-	TESTQ        R10, R10
-	JZ           done
-
-loop:
-	VMOVUPS     (SI), Z24
-	VMOVUPS     (SI)(DI*1), Z25
-	VMOVUPS     (SI)(DI*2), Z26
-	VMOVUPS     (SI)(R8*1), Z27
-	VMOVUPS     (AX), Z28
-	VFMADD231PS Z24, Z0, Z28
-	VFMADD231PS Z25, Z1, Z28
-	VFMADD231PS Z26, Z2, Z28
-	VFMADD231PS Z27, Z3, Z28
-	VMOVUPS     Z28, (AX)
-	VMOVUPS     (AX)(CX*1), Z28
-	VFMADD231PS Z24, Z4, Z28
-	VFMADD231PS Z25, Z5, Z28
-	VFMADD231PS Z26, Z6, Z28
-	VFMADD231PS Z27, Z7, Z28
-	VMOVUPS     Z28, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z28
-	VFMADD231PS Z24, Z8, Z28
-	VFMADD231PS Z25, Z9, Z28
-	VFMADD231PS Z26, Z10, Z28
-	VFMADD231PS Z27, Z11, Z28
-	VMOVUPS     Z28, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z28
-	VFMADD231PS Z24, Z12, Z28
-	VFMADD231PS Z25, Z13, Z28
-	VFMADD231PS Z26, Z14, Z28
-	VFMADD231PS Z27, Z15, Z28
-	VMOVUPS     Z28, (AX)(DX*1)
-	VMOVUPS     (BX), Z28
-	VFMADD231PS Z24, Z16, Z28
-	VFMADD231PS Z25, Z17, Z28
-	VFMADD231PS Z26, Z18, Z28
-	VFMADD231PS Z27, Z19, Z28
-	VMOVUPS     Z28, (BX)
-	VMOVUPS     (BX)(CX*1), Z28
-	VFMADD231PS Z24, Z20, Z28
-	VFMADD231PS Z25, Z21, Z28
-	VFMADD231PS Z26, Z22, Z28
-	VFMADD231PS Z27, Z23, Z28
-	VMOVUPS     Z28, (BX)(CX*1)
-	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R10
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF32_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF32_1x6_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	VBROADCASTSS 20(DI), Z5
-	TESTQ        R8, R8
-	JZ           done
-
-loop:
-	VMOVUPS     (SI), Z6
-	VMOVUPS     (AX), Z7
-	VFMADD231PS Z6, Z0, Z7
-	VMOVUPS     Z7, (AX)
-	VMOVUPS     (AX)(CX*1), Z7
-	VFMADD231PS Z6, Z1, Z7
-	VMOVUPS     Z7, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z7
-	VFMADD231PS Z6, Z2, Z7
-	VMOVUPS     Z7, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z7
-	VFMADD231PS Z6, Z3, Z7
-	VMOVUPS     Z7, (AX)(DX*1)
-	VMOVUPS     (BX), Z7
-	VFMADD231PS Z6, Z4, Z7
-	VMOVUPS     Z7, (BX)
-	VMOVUPS     (BX)(CX*1), Z7
-	VFMADD231PS Z6, Z5, Z7
-	VMOVUPS     Z7, (BX)(CX*1)
-	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF16_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·inoutF16_4x1_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	LEAQ         (DX)(DX*2), BX
-	LEAQ         (CX)(DX*4), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	TESTQ        R8, R8
-	JZ           done
+TEXT ·inoutF32_1x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
 
-loop:
-	PREFETCHT0  (SI)
-	PREFETCHT0  (SI)(DX*1)
-	PREFETCHT0  (SI)(DX*2)
-	PREFETCHT0  (SI)(BX*1)
-	VCVTPH2PS   (CX), Z4
-	VCVTPH2PS   (CX)(DX*1), Z5
-	VCVTPH2PS   (CX)(DX*2), Z6
-	VCVTPH2PS   (CX)(BX*1), Z7
-	VMOVUPS     (AX), Z8
-	VFMADD231PS Z4, Z0, Z8
-	VFMADD231PS Z5, Z1, Z8
-	VFMADD231PS Z6, Z2, Z8
-	VFMADD231PS Z7, Z3, Z8
-	VMOVUPS     Z8, (AX)
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF16_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutF16_1x1_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	MOVQ         xs+32(FP), BX
+group:
 	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Z0
 	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	VBROADCASTSS (DX), Z0
 
 loop:
-	PREFETCHT0  (CX)(DX*1)
-	VCVTPH2PS   (CX), Z1
-	VMOVUPS     (AX), Z2
+	PREFETCHT0  (R8)(CX*1)
+	VMOVUPS     (R8), Z1
+	VMOVUPS     (DI), Z2
 	VFMADD231PS Z1, Z0, Z2
-	VMOVUPS     Z2, (AX)
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000040, AX
+	VMOVUPS     Z2, (DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, DI
 	DECQ        SI
 	JNZ         loop
+	ADDQ        CX, AX
+	ADDQ        $0x00000004, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·inoutF16_4x2_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	LEAQ         (DX)(BX*4), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Z0
-	VBROADCASTSS 4(R8), Z1
-	VBROADCASTSS 8(R8), Z2
-	VBROADCASTSS 12(R8), Z3
-	VBROADCASTSS 16(R8), Z4
-	VBROADCASTSS 20(R8), Z5
-	VBROADCASTSS 24(R8), Z6
-	VBROADCASTSS 28(R8), Z7
-	TESTQ        R9, R9
+TEXT ·inoutF32_4x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	LEAQ         (R9)(CX*4), R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
 
 loop:
-	PREFETCHT0  (DI)
-	PREFETCHT0  (DI)(BX*1)
-	PREFETCHT0  (DI)(BX*2)
-	PREFETCHT0  (DI)(SI*1)
-	VCVTPH2PS   (DX), Z8
-	VCVTPH2PS   (DX)(BX*1), Z9
-	VCVTPH2PS   (DX)(BX*2), Z10
-	VCVTPH2PS   (DX)(SI*1), Z11
-	VMOVUPS     (AX), Z12
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(CX*1)
+	PREFETCHT0  (R11)(CX*2)
+	PREFETCHT0  (R11)(R10*1)
+	VMOVUPS     (R9), Z8
+	VMOVUPS     (R9)(CX*1), Z9
+	VMOVUPS     (R9)(CX*2), Z10
+	VMOVUPS     (R9)(R10*1), Z11
+	VMOVUPS     (DI), Z12
 	VFMADD231PS Z8, Z0, Z12
 	VFMADD231PS Z9, Z1, Z12
 	VFMADD231PS Z10, Z2, Z12
 	VFMADD231PS Z11, Z3, Z12
-	VMOVUPS     Z12, (AX)
-	VMOVUPS     (AX)(CX*1), Z12
+	VMOVUPS     Z12, (DI)
+	VMOVUPS     (DI)(R8*1), Z12
 	VFMADD231PS Z8, Z4, Z12
 	VFMADD231PS Z9, Z5, Z12
 	VFMADD231PS Z10, Z6, Z12
 	VFMADD231PS Z11, Z7, Z12
-	VMOVUPS     Z12, (AX)(CX*1)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000020, DI
-	ADDQ        $0x00000040, AX
-	DECQ        R9
+	VMOVUPS     Z12, (DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, DI
+	DECQ        SI
 	JNZ         loop
+	LEAQ        (AX)(CX*4), AX
+	ADDQ        $0x00000020, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·inoutF16_1x2_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Z0
-	VBROADCASTSS 4(SI), Z1
-	TESTQ        DI, DI
+TEXT ·inoutF32_1x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
 
 loop:
-	PREFETCHT0  (DX)(BX*1)
-	VCVTPH2PS   (DX), Z2
-	VMOVUPS     (AX), Z3
+	PREFETCHT0  (R9)(CX*1)
+	VMOVUPS     (R9), Z2
+	VMOVUPS     (DI), Z3
 	VFMADD231PS Z2, Z0, Z3
-	VMOVUPS     Z3, (AX)
-	VMOVUPS     (AX)(CX*1), Z3
+	VMOVUPS     Z3, (DI)
+	VMOVUPS     (DI)(R8*1), Z3
 	VFMADD231PS Z2, Z1, Z3
-	VMOVUPS     Z3, (AX)(CX*1)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000040, AX
-	DECQ        DI
+	VMOVUPS     Z3, (DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, DI
+	DECQ        SI
 	JNZ         loop
+	ADDQ        CX, AX
+	ADDQ        $0x00000008, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutF16_4x3_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	VBROADCASTSS 20(DI), Z5
-	VBROADCASTSS 24(DI), Z6
-	VBROADCASTSS 28(DI), Z7
-	VBROADCASTSS 32(DI), Z8
-	VBROADCASTSS 36(DI), Z9
-	VBROADCASTSS 40(DI), Z10
-	VBROADCASTSS 44(DI), Z11
-	TESTQ        R8, R8
+TEXT ·inoutF32_4x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
 
 loop:
-	VCVTPH2PS   (DX), Z12
-	VCVTPH2PS   (DX)(BX*1), Z13
-	VCVTPH2PS   (DX)(BX*2), Z14
-	VCVTPH2PS   (DX)(SI*1), Z15
-	VMOVUPS     (AX), Z16
+	VMOVUPS     (R9), Z12
+	VMOVUPS     (R9)(CX*1), Z13
+	VMOVUPS     (R9)(CX*2), Z14
+	VMOVUPS     (R9)(R10*1), Z15
+	VMOVUPS     (DI), Z16
 	VFMADD231PS Z12, Z0, Z16
 	VFMADD231PS Z13, Z1, Z16
 	VFMADD231PS Z14, Z2, Z16
 	VFMADD231PS Z15, Z3, Z16
-	VMOVUPS     Z16, (AX)
-	VMOVUPS     (AX)(CX*1), Z16
+	VMOVUPS     Z16, (DI)
+	VMOVUPS     (DI)(R8*1), Z16
 	VFMADD231PS Z12, Z4, Z16
 	VFMADD231PS Z13, Z5, Z16
 	VFMADD231PS Z14, Z6, Z16
 	VFMADD231PS Z15, Z7, Z16
-	VMOVUPS     Z16, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z16
+	VMOVUPS     Z16, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z16
 	VFMADD231PS Z12, Z8, Z16
 	VFMADD231PS Z13, Z9, Z16
 	VFMADD231PS Z14, Z10, Z16
 	VFMADD231PS Z15, Z11, Z16
-	VMOVUPS     Z16, (AX)(CX*2)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000040, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutF16_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutF16_1x3_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Z0
-	VBROADCASTSS 4(BX), Z1
-	VBROADCASTSS 8(BX), Z2
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	VCVTPH2PS   (DX), Z3
-	VMOVUPS     (AX), Z4
-	VFMADD231PS Z3, Z0, Z4
-	VMOVUPS     Z4, (AX)
-	VMOVUPS     (AX)(CX*1), Z4
-	VFMADD231PS Z3, Z1, Z4
-	VMOVUPS     Z4, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z4
-	VFMADD231PS Z3, Z2, Z4
-	VMOVUPS     Z4, (AX)(CX*2)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000040, AX
+	VMOVUPS     Z16, (DI)(R8*2)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, DI
 	DECQ        SI
 	JNZ         loop
+	LEAQ        (AX)(CX*4), AX
+	ADDQ        $0x00000030, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutF16_4x4_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	MOVQ         w+16(FP), BX
-	MOVQ         ldw+24(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Z0
-	VBROADCASTSS 4(R8), Z1
-	VBROADCASTSS 8(R8), Z2
-	VBROADCASTSS 12(R8), Z3
-	VBROADCASTSS 16(R8), Z4
-	VBROADCASTSS 20(R8), Z5
-	VBROADCASTSS 24(R8), Z6
-	VBROADCASTSS 28(R8), Z7
-	VBROADCASTSS 32(R8), Z8
-	VBROADCASTSS 36(R8), Z9
-	VBROADCASTSS 40(R8), Z10
-	VBROADCASTSS 44(R8), Z11
-	VBROADCASTSS 48(R8), Z12
-	VBROADCASTSS 52(R8), Z13
-	VBROADCASTSS 56(R8), Z14
-	VBROADCASTSS 60(R8), Z15
-	TESTQ        R9, R9
+TEXT ·inoutF32_1x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
 
 loop:
-	VCVTPH2PS   (BX), Z16
-	VCVTPH2PS   (BX)(SI*1), Z17
-	VCVTPH2PS   (BX)(SI*2), Z18
-	VCVTPH2PS   (BX)(DI*1), Z19
-	VMOVUPS     (AX), Z20
+	VMOVUPS     (R9), Z3
+	VMOVUPS     (DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, (DI)
+	VMOVUPS     (DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (DI)(R8*2)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, DI
+	DECQ        SI
+	JNZ         loop
+	ADDQ        CX, AX
+	ADDQ        $0x0000000c, DX
+	DECQ        BX
+	JNZ         group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF32_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF32_4x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         AX, R10
+	LEAQ         (CX)(CX*2), R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+
+loop:
+	VMOVUPS     (R10), Z16
+	VMOVUPS     (R10)(CX*1), Z17
+	VMOVUPS     (R10)(CX*2), Z18
+	VMOVUPS     (R10)(R11*1), Z19
+	VMOVUPS     (DI), Z20
 	VFMADD231PS Z16, Z0, Z20
 	VFMADD231PS Z17, Z1, Z20
 	VFMADD231PS Z18, Z2, Z20
 	VFMADD231PS Z19, Z3, Z20
-	VMOVUPS     Z20, (AX)
-	VMOVUPS     (AX)(CX*1), Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(R8*1), Z20
 	VFMADD231PS Z16, Z4, Z20
 	VFMADD231PS Z17, Z5, Z20
 	VFMADD231PS Z18, Z6, Z20
 	VFMADD231PS Z19, Z7, Z20
-	VMOVUPS     Z20, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z20
+	VMOVUPS     Z20, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z20
 	VFMADD231PS Z16, Z8, Z20
 	VFMADD231PS Z17, Z9, Z20
 	VFMADD231PS Z18, Z10, Z20
 	VFMADD231PS Z19, Z11, Z20
-	VMOVUPS     Z20, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z20
+	VMOVUPS     Z20, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z20
 	VFMADD231PS Z16, Z12, Z20
 	VFMADD231PS Z17, Z13, Z20
 	VFMADD231PS Z18, Z14, Z20
 	VFMADD231PS Z19, Z15, Z20
-	VMOVUPS     Z20, (AX)(DX*1)
-	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000040, AX
-	DECQ        R9
+	VMOVUPS     Z20, (DI)(R9*1)
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, DI
+	DECQ        SI
 	JNZ         loop
+	LEAQ        (AX)(CX*4), AX
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutF16_1x4_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	MOVQ         w+16(FP), BX
-	MOVQ         ldw+24(FP), SI
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Z0
-	VBROADCASTSS 4(SI), Z1
-	VBROADCASTSS 8(SI), Z2
-	VBROADCASTSS 12(SI), Z3
-	TESTQ        DI, DI
+TEXT ·inoutF32_1x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         AX, R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
 
 loop:
-	VCVTPH2PS   (BX), Z4
-	VMOVUPS     (AX), Z5
+	VMOVUPS     (R10), Z4
+	VMOVUPS     (DI), Z5
 	VFMADD231PS Z4, Z0, Z5
-	VMOVUPS     Z5, (AX)
-	VMOVUPS     (AX)(CX*1), Z5
+	VMOVUPS     Z5, (DI)
+	VMOVUPS     (DI)(R8*1), Z5
 	VFMADD231PS Z4, Z1, Z5
-	VMOVUPS     Z5, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z5
+	VMOVUPS     Z5, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z5
 	VFMADD231PS Z4, Z2, Z5
-	VMOVUPS     Z5, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z5
+	VMOVUPS     Z5, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z5
 	VFMADD231PS Z4, Z3, Z5
-	VMOVUPS     Z5, (AX)(DX*1)
-	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000040, AX
-	DECQ        DI
+	VMOVUPS     Z5, (DI)(R9*1)
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, DI
+	DECQ        SI
 	JNZ         loop
+	ADDQ        CX, AX
+	ADDQ        $0x00000010, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutF16_4x5_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	LEAQ         (DI)(DI*2), R8
-	MOVQ         xs+32(FP), R9
-	MOVQ         n+40(FP), R10
-	VBROADCASTSS (R9), Z0
-	VBROADCASTSS 4(R9), Z1
-	VBROADCASTSS 8(R9), Z2
-	VBROADCASTSS 12(R9), Z3
-	VBROADCASTSS 16(R9), Z4
-	VBROADCASTSS 20(R9), Z5
-	VBROADCASTSS 24(R9), Z6
-	VBROADCASTSS 28(R9), Z7
-	VBROADCASTSS 32(R9), Z8
-	VBROADCASTSS 36(R9), Z9
-	VBROADCASTSS 40(R9), Z10
-	VBROADCASTSS 44(R9), Z11
-	VBROADCASTSS 48(R9), Z12
-	VBROADCASTSS 52(R9), Z13
-	VBROADCASTSS 56(R9), Z14
-	VBROADCASTSS 60(R9), Z15
-	VBROADCASTSS 64(R9), Z16
-	VBROADCASTSS 68(R9), Z17
-	VBROADCASTSS 72(R9), Z18
-	VBROADCASTSS 76(R9), Z19
-	TESTQ        R10, R10
+TEXT ·inoutF32_4x5_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	LEAQ         (CX)(CX*2), R12
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	VBROADCASTSS 64(DX), Z16
+	VBROADCASTSS 68(DX), Z17
+	VBROADCASTSS 72(DX), Z18
+	VBROADCASTSS 76(DX), Z19
 
 loop:
-	VCVTPH2PS   (SI), Z20
-	VCVTPH2PS   (SI)(DI*1), Z21
-	VCVTPH2PS   (SI)(DI*2), Z22
-	VCVTPH2PS   (SI)(R8*1), Z23
-	VMOVUPS     (AX), Z24
+	VMOVUPS     (R11), Z20
+	VMOVUPS     (R11)(CX*1), Z21
+	VMOVUPS     (R11)(CX*2), Z22
+	VMOVUPS     (R11)(R12*1), Z23
+	VMOVUPS     (DI), Z24
 	VFMADD231PS Z20, Z0, Z24
 	VFMADD231PS Z21, Z1, Z24
 	VFMADD231PS Z22, Z2, Z24
 	VFMADD231PS Z23, Z3, Z24
-	VMOVUPS     Z24, (AX)
-	VMOVUPS     (AX)(CX*1), Z24
+	VMOVUPS     Z24, (DI)
+	VMOVUPS     (DI)(R8*1), Z24
 	VFMADD231PS Z20, Z4, Z24
 	VFMADD231PS Z21, Z5, Z24
 	VFMADD231PS Z22, Z6, Z24
 	VFMADD231PS Z23, Z7, Z24
-	VMOVUPS     Z24, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z24
+	VMOVUPS     Z24, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z24
 	VFMADD231PS Z20, Z8, Z24
 	VFMADD231PS Z21, Z9, Z24
 	VFMADD231PS Z22, Z10, Z24
 	VFMADD231PS Z23, Z11, Z24
-	VMOVUPS     Z24, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z24
+	VMOVUPS     Z24, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z24
 	VFMADD231PS Z20, Z12, Z24
 	VFMADD231PS Z21, Z13, Z24
 	VFMADD231PS Z22, Z14, Z24
 	VFMADD231PS Z23, Z15, Z24
-	VMOVUPS     Z24, (AX)(DX*1)
-	VMOVUPS     (BX), Z24
+	VMOVUPS     Z24, (DI)(R9*1)
+	VMOVUPS     (R10), Z24
 	VFMADD231PS Z20, Z16, Z24
 	VFMADD231PS Z21, Z17, Z24
 	VFMADD231PS Z22, Z18, Z24
 	VFMADD231PS Z23, Z19, Z24
-	VMOVUPS     Z24, (BX)
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R10
+	VMOVUPS     Z24, (R10)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        SI
 	JNZ         loop
+	LEAQ        (AX)(CX*4), AX
+	ADDQ        $0x00000050, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutF16_1x5_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	TESTQ        R8, R8
+TEXT ·inoutF32_1x5_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
 
 loop:
-	VCVTPH2PS   (SI), Z5
-	VMOVUPS     (AX), Z6
+	VMOVUPS     (R11), Z5
+	VMOVUPS     (DI), Z6
 	VFMADD231PS Z5, Z0, Z6
-	VMOVUPS     Z6, (AX)
-	VMOVUPS     (AX)(CX*1), Z6
+	VMOVUPS     Z6, (DI)
+	VMOVUPS     (DI)(R8*1), Z6
 	VFMADD231PS Z5, Z1, Z6
-	VMOVUPS     Z6, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z6
+	VMOVUPS     Z6, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z6
 	VFMADD231PS Z5, Z2, Z6
-	VMOVUPS     Z6, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z6
+	VMOVUPS     Z6, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z6
 	VFMADD231PS Z5, Z3, Z6
-	VMOVUPS     Z6, (AX)(DX*1)
-	VMOVUPS     (BX), Z6
+	VMOVUPS     Z6, (DI)(R9*1)
+	VMOVUPS     (R10), Z6
 	VFMADD231PS Z5, Z4, Z6
-	VMOVUPS     Z6, (BX)
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R8
+	VMOVUPS     Z6, (R10)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        SI
 	JNZ         loop
+	ADDQ        CX, AX
+	ADDQ        $0x00000014, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutF16_4x6_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	LEAQ         (DI)(DI*2), R8
-	MOVQ         xs+32(FP), R9
-	MOVQ         n+40(FP), R10
-	VBROADCASTSS (R9), Z0
-	VBROADCASTSS 4(R9), Z1
-	VBROADCASTSS 8(R9), Z2
-	VBROADCASTSS 12(R9), Z3
-	VBROADCASTSS 16(R9), Z4
-	VBROADCASTSS 20(R9), Z5
-	VBROADCASTSS 24(R9), Z6
-	VBROADCASTSS 28(R9), Z7
-	VBROADCASTSS 32(R9), Z8
-	VBROADCASTSS 36(R9), Z9
-	VBROADCASTSS 40(R9), Z10
-	VBROADCASTSS 44(R9), Z11
-	VBROADCASTSS 48(R9), Z12
-	VBROADCASTSS 52(R9), Z13
-	VBROADCASTSS 56(R9), Z14
-	VBROADCASTSS 60(R9), Z15
-	VBROADCASTSS 64(R9), Z16
-	VBROADCASTSS 68(R9), Z17
-	VBROADCASTSS 72(R9), Z18
-	VBROADCASTSS 76(R9), Z19
-	VBROADCASTSS 80(R9), Z20
-	VBROADCASTSS 84(R9), Z21
-	VBROADCASTSS 88(R9), Z22
-	VBROADCASTSS 92(R9), Z23
-	TESTQ        R10, R10
+TEXT ·inoutF32_4x6_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	LEAQ         (CX)(CX*2), R12
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	VBROADCASTSS 64(DX), Z16
+	VBROADCASTSS 68(DX), Z17
+	VBROADCASTSS 72(DX), Z18
+	VBROADCASTSS 76(DX), Z19
+	VBROADCASTSS 80(DX), Z20
+	VBROADCASTSS 84(DX), Z21
+	VBROADCASTSS 88(DX), Z22
+	VBROADCASTSS 92(DX), Z23
 
 loop:
-	VCVTPH2PS   (SI), Z24
-	VCVTPH2PS   (SI)(DI*1), Z25
-	VCVTPH2PS   (SI)(DI*2), Z26
-	VCVTPH2PS   (SI)(R8*1), Z27
-	VMOVUPS     (AX), Z28
+	VMOVUPS     (R11), Z24
+	VMOVUPS     (R11)(CX*1), Z25
+	VMOVUPS     (R11)(CX*2), Z26
+	VMOVUPS     (R11)(R12*1), Z27
+	VMOVUPS     (DI), Z28
 	VFMADD231PS Z24, Z0, Z28
 	VFMADD231PS Z25, Z1, Z28
 	VFMADD231PS Z26, Z2, Z28
 	VFMADD231PS Z27, Z3, Z28
-	VMOVUPS     Z28, (AX)
-	VMOVUPS     (AX)(CX*1), Z28
+	VMOVUPS     Z28, (DI)
+	VMOVUPS     (DI)(R8*1), Z28
 	VFMADD231PS Z24, Z4, Z28
 	VFMADD231PS Z25, Z5, Z28
 	VFMADD231PS Z26, Z6, Z28
 	VFMADD231PS Z27, Z7, Z28
-	VMOVUPS     Z28, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z28
+	VMOVUPS     Z28, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z28
 	VFMADD231PS Z24, Z8, Z28
 	VFMADD231PS Z25, Z9, Z28
 	VFMADD231PS Z26, Z10, Z28
 	VFMADD231PS Z27, Z11, Z28
-	VMOVUPS     Z28, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z28
+	VMOVUPS     Z28, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z28
 	VFMADD231PS Z24, Z12, Z28
 	VFMADD231PS Z25, Z13, Z28
 	VFMADD231PS Z26, Z14, Z28
 	VFMADD231PS Z27, Z15, Z28
-	VMOVUPS     Z28, (AX)(DX*1)
-	VMOVUPS     (BX), Z28
+	VMOVUPS     Z28, (DI)(R9*1)
+	VMOVUPS     (R10), Z28
 	VFMADD231PS Z24, Z16, Z28
 	VFMADD231PS Z25, Z17, Z28
 	VFMADD231PS Z26, Z18, Z28
 	VFMADD231PS Z27, Z19, Z28
-	VMOVUPS     Z28, (BX)
-	VMOVUPS     (BX)(CX*1), Z28
+	VMOVUPS     Z28, (R10)
+	VMOVUPS     (R10)(R8*1), Z28
 	VFMADD231PS Z24, Z20, Z28
 	VFMADD231PS Z25, Z21, Z28
 	VFMADD231PS Z26, Z22, Z28
 	VFMADD231PS Z27, Z23, Z28
-	VMOVUPS     Z28, (BX)(CX*1)
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R10
+	VMOVUPS     Z28, (R10)(R8*1)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        SI
 	JNZ         loop
+	LEAQ        (AX)(CX*4), AX
+	ADDQ        $0x00000060, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutF16_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF32_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutF16_1x6_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	VBROADCASTSS 20(DI), Z5
-	TESTQ        R8, R8
+TEXT ·inoutF32_1x6_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
 
 loop:
-	VCVTPH2PS   (SI), Z6
-	VMOVUPS     (AX), Z7
+	VMOVUPS     (R11), Z6
+	VMOVUPS     (DI), Z7
 	VFMADD231PS Z6, Z0, Z7
-	VMOVUPS     Z7, (AX)
-	VMOVUPS     (AX)(CX*1), Z7
+	VMOVUPS     Z7, (DI)
+	VMOVUPS     (DI)(R8*1), Z7
 	VFMADD231PS Z6, Z1, Z7
-	VMOVUPS     Z7, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z7
+	VMOVUPS     Z7, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z7
 	VFMADD231PS Z6, Z2, Z7
-	VMOVUPS     Z7, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z7
+	VMOVUPS     Z7, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z7
 	VFMADD231PS Z6, Z3, Z7
-	VMOVUPS     Z7, (AX)(DX*1)
-	VMOVUPS     (BX), Z7
+	VMOVUPS     Z7, (DI)(R9*1)
+	VMOVUPS     (R10), Z7
 	VFMADD231PS Z6, Z4, Z7
-	VMOVUPS     Z7, (BX)
-	VMOVUPS     (BX)(CX*1), Z7
+	VMOVUPS     Z7, (R10)
+	VMOVUPS     (R10)(R8*1), Z7
 	VFMADD231PS Z6, Z5, Z7
-	VMOVUPS     Z7, (BX)(CX*1)
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R8
+	VMOVUPS     Z7, (R10)(R8*1)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        SI
 	JNZ         loop
+	ADDQ        CX, AX
+	ADDQ        $0x00000018, DX
+	DECQ        BX
+	JNZ         group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutBF16_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutF16_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·inoutBF16_4x1_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	LEAQ         (DX)(DX*2), BX
-	LEAQ         (CX)(DX*4), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	TESTQ        R8, R8
+TEXT ·inoutF16_4x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	LEAQ         (CX)(CX*2), R9
+	LEAQ         (R8)(CX*4), R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	MOVQ         SI, R11
+	ANDQ         $0x00000001, R11
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (SI)
-	PREFETCHT0  (SI)(DX*1)
-	PREFETCHT0  (SI)(DX*2)
-	PREFETCHT0  (SI)(BX*1)
-	VPMOVZXWD   (CX), Z4
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(CX*1)
+	PREFETCHT0  (R10)(CX*2)
+	PREFETCHT0  (R10)(R9*1)
+	VCVTPH2PS   (R8), Z4
+	VCVTPH2PS   (R8)(CX*1), Z5
+	VCVTPH2PS   (R8)(CX*2), Z6
+	VCVTPH2PS   (R8)(R9*1), Z7
+	VMOVUPS     (DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, (DI)
+	VCVTPH2PS   32(R8), Z4
+	VCVTPH2PS   32(R8)(CX*1), Z5
+	VCVTPH2PS   32(R8)(CX*2), Z6
+	VCVTPH2PS   32(R8)(R9*1), Z7
+	VMOVUPS     64(DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, 64(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VCVTPH2PS   (R8), Z4
+	VCVTPH2PS   (R8)(CX*1), Z5
+	VCVTPH2PS   (R8)(CX*2), Z6
+	VCVTPH2PS   (R8)(R9*1), Z7
+	VMOVUPS     (DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, (DI)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutF16_1x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	VBROADCASTSS (DX), Z0
+	MOVQ         SI, R9
+	ANDQ         $0x00000001, R9
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R8)(CX*1)
+	VCVTPH2PS   (R8), Z1
+	VMOVUPS     (DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (DI)
+	VCVTPH2PS   32(R8), Z1
+	VMOVUPS     64(DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, 64(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R9, R9
+	JZ    next
+
+one:
+	VCVTPH2PS   (R8), Z1
+	VMOVUPS     (DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (DI)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000040, DI
+	DECQ        R9
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000004, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutF16_4x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	LEAQ         (R9)(CX*4), R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(CX*1)
+	PREFETCHT0  (R11)(CX*2)
+	PREFETCHT0  (R11)(R10*1)
+	VCVTPH2PS   (R9), Z8
+	VCVTPH2PS   (R9)(CX*1), Z9
+	VCVTPH2PS   (R9)(CX*2), Z10
+	VCVTPH2PS   (R9)(R10*1), Z11
+	VMOVUPS     (DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, (DI)
+	VMOVUPS     (DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, (DI)(R8*1)
+	VCVTPH2PS   32(R9), Z8
+	VCVTPH2PS   32(R9)(CX*1), Z9
+	VCVTPH2PS   32(R9)(CX*2), Z10
+	VCVTPH2PS   32(R9)(R10*1), Z11
+	VMOVUPS     64(DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, 64(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VCVTPH2PS   (R9), Z8
+	VCVTPH2PS   (R9)(CX*1), Z9
+	VCVTPH2PS   (R9)(CX*2), Z10
+	VCVTPH2PS   (R9)(R10*1), Z11
+	VMOVUPS     (DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, (DI)
+	VMOVUPS     (DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, (DI)(R8*1)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000020, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutF16_1x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	MOVQ         SI, R10
+	ANDQ         $0x00000001, R10
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R9)(CX*1)
+	VCVTPH2PS   (R9), Z2
+	VMOVUPS     (DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, (DI)
+	VMOVUPS     (DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, (DI)(R8*1)
+	VCVTPH2PS   32(R9), Z2
+	VMOVUPS     64(DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, 64(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VCVTPH2PS   (R9), Z2
+	VMOVUPS     (DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, (DI)
+	VMOVUPS     (DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, (DI)(R8*1)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000008, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF16_4x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	MOVQ         SI, R11
+	ANDQ         $0x00000001, R11
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VCVTPH2PS   (R9), Z12
+	VCVTPH2PS   (R9)(CX*1), Z13
+	VCVTPH2PS   (R9)(CX*2), Z14
+	VCVTPH2PS   (R9)(R10*1), Z15
+	VMOVUPS     (DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, (DI)
+	VMOVUPS     (DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, (DI)(R8*2)
+	VCVTPH2PS   32(R9), Z12
+	VCVTPH2PS   32(R9)(CX*1), Z13
+	VCVTPH2PS   32(R9)(CX*2), Z14
+	VCVTPH2PS   32(R9)(R10*1), Z15
+	VMOVUPS     64(DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, 64(DI)(R8*2)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VCVTPH2PS   (R9), Z12
+	VCVTPH2PS   (R9)(CX*1), Z13
+	VCVTPH2PS   (R9)(CX*2), Z14
+	VCVTPH2PS   (R9)(R10*1), Z15
+	VMOVUPS     (DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, (DI)
+	VMOVUPS     (DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, (DI)(R8*2)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000030, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF16_1x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	MOVQ         SI, R10
+	ANDQ         $0x00000001, R10
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VCVTPH2PS   (R9), Z3
+	VMOVUPS     (DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, (DI)
+	VMOVUPS     (DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (DI)(R8*2)
+	VCVTPH2PS   32(R9), Z3
+	VMOVUPS     64(DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, 64(DI)(R8*2)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VCVTPH2PS   (R9), Z3
+	VMOVUPS     (DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, (DI)
+	VMOVUPS     (DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (DI)(R8*2)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x0000000c, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF16_4x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         AX, R10
+	LEAQ         (CX)(CX*2), R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VCVTPH2PS   (R10), Z16
+	VCVTPH2PS   (R10)(CX*1), Z17
+	VCVTPH2PS   (R10)(CX*2), Z18
+	VCVTPH2PS   (R10)(R11*1), Z19
+	VMOVUPS     (DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, (DI)(R9*1)
+	VCVTPH2PS   32(R10), Z16
+	VCVTPH2PS   32(R10)(CX*1), Z17
+	VCVTPH2PS   32(R10)(CX*2), Z18
+	VCVTPH2PS   32(R10)(R11*1), Z19
+	VMOVUPS     64(DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, 64(DI)(R9*1)
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VCVTPH2PS   (R10), Z16
+	VCVTPH2PS   (R10)(CX*1), Z17
+	VCVTPH2PS   (R10)(CX*2), Z18
+	VCVTPH2PS   (R10)(R11*1), Z19
+	VMOVUPS     (DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, (DI)(R9*1)
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000040, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF16_1x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         AX, R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	MOVQ         SI, R11
+	ANDQ         $0x00000001, R11
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VCVTPH2PS   (R10), Z4
+	VMOVUPS     (DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, (DI)
+	VMOVUPS     (DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, (DI)(R9*1)
+	VCVTPH2PS   32(R10), Z4
+	VMOVUPS     64(DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, 64(DI)(R9*1)
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VCVTPH2PS   (R10), Z4
+	VMOVUPS     (DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, (DI)
+	VMOVUPS     (DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, (DI)(R9*1)
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF16_4x5_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	LEAQ         (CX)(CX*2), R12
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	VBROADCASTSS 64(DX), Z16
+	VBROADCASTSS 68(DX), Z17
+	VBROADCASTSS 72(DX), Z18
+	VBROADCASTSS 76(DX), Z19
+	MOVQ         SI, R13
+	ANDQ         $0x00000001, R13
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VCVTPH2PS   (R11), Z20
+	VCVTPH2PS   (R11)(CX*1), Z21
+	VCVTPH2PS   (R11)(CX*2), Z22
+	VCVTPH2PS   (R11)(R12*1), Z23
+	VMOVUPS     (DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, (DI)
+	VMOVUPS     (DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, (DI)(R9*1)
+	VMOVUPS     (R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, (R10)
+	VCVTPH2PS   32(R11), Z20
+	VCVTPH2PS   32(R11)(CX*1), Z21
+	VCVTPH2PS   32(R11)(CX*2), Z22
+	VCVTPH2PS   32(R11)(R12*1), Z23
+	VMOVUPS     64(DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, 64(R10)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000080, R10
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R13, R13
+	JZ    next
+
+one:
+	VCVTPH2PS   (R11), Z20
+	VCVTPH2PS   (R11)(CX*1), Z21
+	VCVTPH2PS   (R11)(CX*2), Z22
+	VCVTPH2PS   (R11)(R12*1), Z23
+	VMOVUPS     (DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, (DI)
+	VMOVUPS     (DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, (DI)(R9*1)
+	VMOVUPS     (R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, (R10)
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R13
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000050, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF16_1x5_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VCVTPH2PS   (R11), Z5
+	VMOVUPS     (DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, (DI)
+	VMOVUPS     (DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, (DI)(R9*1)
+	VMOVUPS     (R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, (R10)
+	VCVTPH2PS   32(R11), Z5
+	VMOVUPS     64(DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, 64(R10)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000080, R10
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VCVTPH2PS   (R11), Z5
+	VMOVUPS     (DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, (DI)
+	VMOVUPS     (DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, (DI)(R9*1)
+	VMOVUPS     (R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, (R10)
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R12
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000014, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF16_4x6_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	LEAQ         (CX)(CX*2), R12
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	VBROADCASTSS 64(DX), Z16
+	VBROADCASTSS 68(DX), Z17
+	VBROADCASTSS 72(DX), Z18
+	VBROADCASTSS 76(DX), Z19
+	VBROADCASTSS 80(DX), Z20
+	VBROADCASTSS 84(DX), Z21
+	VBROADCASTSS 88(DX), Z22
+	VBROADCASTSS 92(DX), Z23
+	MOVQ         SI, R13
+	ANDQ         $0x00000001, R13
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VCVTPH2PS   (R11), Z24
+	VCVTPH2PS   (R11)(CX*1), Z25
+	VCVTPH2PS   (R11)(CX*2), Z26
+	VCVTPH2PS   (R11)(R12*1), Z27
+	VMOVUPS     (DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, (DI)
+	VMOVUPS     (DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, (DI)(R9*1)
+	VMOVUPS     (R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, (R10)
+	VMOVUPS     (R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, (R10)(R8*1)
+	VCVTPH2PS   32(R11), Z24
+	VCVTPH2PS   32(R11)(CX*1), Z25
+	VCVTPH2PS   32(R11)(CX*2), Z26
+	VCVTPH2PS   32(R11)(R12*1), Z27
+	VMOVUPS     64(DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, 64(R10)
+	VMOVUPS     64(R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, 64(R10)(R8*1)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000080, R10
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R13, R13
+	JZ    next
+
+one:
+	VCVTPH2PS   (R11), Z24
+	VCVTPH2PS   (R11)(CX*1), Z25
+	VCVTPH2PS   (R11)(CX*2), Z26
+	VCVTPH2PS   (R11)(R12*1), Z27
+	VMOVUPS     (DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, (DI)
+	VMOVUPS     (DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, (DI)(R9*1)
+	VMOVUPS     (R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, (R10)
+	VMOVUPS     (R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, (R10)(R8*1)
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R13
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000060, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutF16_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutF16_1x6_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VCVTPH2PS   (R11), Z6
+	VMOVUPS     (DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, (DI)
+	VMOVUPS     (DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, (DI)(R9*1)
+	VMOVUPS     (R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, (R10)
+	VMOVUPS     (R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, (R10)(R8*1)
+	VCVTPH2PS   32(R11), Z6
+	VMOVUPS     64(DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, 64(R10)
+	VMOVUPS     64(R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, 64(R10)(R8*1)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000080, R10
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VCVTPH2PS   (R11), Z6
+	VMOVUPS     (DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, (DI)
+	VMOVUPS     (DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, (DI)(R9*1)
+	VMOVUPS     (R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, (R10)
+	VMOVUPS     (R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, (R10)(R8*1)
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R12
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000018, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutBF16_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutBF16_4x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	LEAQ         (CX)(CX*2), R9
+	LEAQ         (R8)(CX*4), R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	MOVQ         SI, R11
+	ANDQ         $0x00000001, R11
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(CX*1)
+	PREFETCHT0  (R10)(CX*2)
+	PREFETCHT0  (R10)(R9*1)
+	VPMOVZXWD   (R8), Z4
 	VPSLLD      $0x10, Z4, Z4
-	VPMOVZXWD   (CX)(DX*1), Z5
+	VPMOVZXWD   (R8)(CX*1), Z5
 	VPSLLD      $0x10, Z5, Z5
-	VPMOVZXWD   (CX)(DX*2), Z6
+	VPMOVZXWD   (R8)(CX*2), Z6
 	VPSLLD      $0x10, Z6, Z6
-	VPMOVZXWD   (CX)(BX*1), Z7
+	VPMOVZXWD   (R8)(R9*1), Z7
 	VPSLLD      $0x10, Z7, Z7
-	VMOVUPS     (AX), Z8
+	VMOVUPS     (DI), Z8
 	VFMADD231PS Z4, Z0, Z8
 	VFMADD231PS Z5, Z1, Z8
 	VFMADD231PS Z6, Z2, Z8
 	VFMADD231PS Z7, Z3, Z8
-	VMOVUPS     Z8, (AX)
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutBF16_1x1_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Z0
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	PREFETCHT0  (CX)(DX*1)
-	VPMOVZXWD   (CX), Z1
-	VPSLLD      $0x10, Z1, Z1
-	VMOVUPS     (AX), Z2
-	VFMADD231PS Z1, Z0, Z2
-	VMOVUPS     Z2, (AX)
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000040, AX
-	DECQ        SI
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutBF16_4x2_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	LEAQ         (DX)(BX*4), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Z0
-	VBROADCASTSS 4(R8), Z1
-	VBROADCASTSS 8(R8), Z2
-	VBROADCASTSS 12(R8), Z3
-	VBROADCASTSS 16(R8), Z4
-	VBROADCASTSS 20(R8), Z5
-	VBROADCASTSS 24(R8), Z6
-	VBROADCASTSS 28(R8), Z7
-	TESTQ        R9, R9
-	JZ           done
-
-loop:
-	PREFETCHT0  (DI)
-	PREFETCHT0  (DI)(BX*1)
-	PREFETCHT0  (DI)(BX*2)
-	PREFETCHT0  (DI)(SI*1)
-	VPMOVZXWD   (DX), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   (DX)(BX*1), Z9
-	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   (DX)(BX*2), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VPMOVZXWD   (DX)(SI*1), Z11
-	VPSLLD      $0x10, Z11, Z11
-	VMOVUPS     (AX), Z12
-	VFMADD231PS Z8, Z0, Z12
-	VFMADD231PS Z9, Z1, Z12
-	VFMADD231PS Z10, Z2, Z12
-	VFMADD231PS Z11, Z3, Z12
-	VMOVUPS     Z12, (AX)
-	VMOVUPS     (AX)(CX*1), Z12
-	VFMADD231PS Z8, Z4, Z12
-	VFMADD231PS Z9, Z5, Z12
-	VFMADD231PS Z10, Z6, Z12
-	VFMADD231PS Z11, Z7, Z12
-	VMOVUPS     Z12, (AX)(CX*1)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000020, DI
-	ADDQ        $0x00000040, AX
-	DECQ        R9
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutBF16_1x2_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Z0
-	VBROADCASTSS 4(SI), Z1
-	TESTQ        DI, DI
-	JZ           done
-
-loop:
-	PREFETCHT0  (DX)(BX*1)
-	VPMOVZXWD   (DX), Z2
-	VPSLLD      $0x10, Z2, Z2
-	VMOVUPS     (AX), Z3
-	VFMADD231PS Z2, Z0, Z3
-	VMOVUPS     Z3, (AX)
-	VMOVUPS     (AX)(CX*1), Z3
-	VFMADD231PS Z2, Z1, Z3
-	VMOVUPS     Z3, (AX)(CX*1)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000040, AX
-	DECQ        DI
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutBF16_4x3_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	VBROADCASTSS 20(DI), Z5
-	VBROADCASTSS 24(DI), Z6
-	VBROADCASTSS 28(DI), Z7
-	VBROADCASTSS 32(DI), Z8
-	VBROADCASTSS 36(DI), Z9
-	VBROADCASTSS 40(DI), Z10
-	VBROADCASTSS 44(DI), Z11
-	TESTQ        R8, R8
-	JZ           done
-
-loop:
-	VPMOVZXWD   (DX), Z12
-	VPSLLD      $0x10, Z12, Z12
-	VPMOVZXWD   (DX)(BX*1), Z13
-	VPSLLD      $0x10, Z13, Z13
-	VPMOVZXWD   (DX)(BX*2), Z14
-	VPSLLD      $0x10, Z14, Z14
-	VPMOVZXWD   (DX)(SI*1), Z15
-	VPSLLD      $0x10, Z15, Z15
-	VMOVUPS     (AX), Z16
-	VFMADD231PS Z12, Z0, Z16
-	VFMADD231PS Z13, Z1, Z16
-	VFMADD231PS Z14, Z2, Z16
-	VFMADD231PS Z15, Z3, Z16
-	VMOVUPS     Z16, (AX)
-	VMOVUPS     (AX)(CX*1), Z16
-	VFMADD231PS Z12, Z4, Z16
-	VFMADD231PS Z13, Z5, Z16
-	VFMADD231PS Z14, Z6, Z16
-	VFMADD231PS Z15, Z7, Z16
-	VMOVUPS     Z16, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z16
-	VFMADD231PS Z12, Z8, Z16
-	VFMADD231PS Z13, Z9, Z16
-	VFMADD231PS Z14, Z10, Z16
-	VFMADD231PS Z15, Z11, Z16
-	VMOVUPS     Z16, (AX)(CX*2)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000040, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutBF16_1x3_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Z0
-	VBROADCASTSS 4(BX), Z1
-	VBROADCASTSS 8(BX), Z2
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	VPMOVZXWD   (DX), Z3
-	VPSLLD      $0x10, Z3, Z3
-	VMOVUPS     (AX), Z4
-	VFMADD231PS Z3, Z0, Z4
-	VMOVUPS     Z4, (AX)
-	VMOVUPS     (AX)(CX*1), Z4
-	VFMADD231PS Z3, Z1, Z4
-	VMOVUPS     Z4, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z4
-	VFMADD231PS Z3, Z2, Z4
-	VMOVUPS     Z4, (AX)(CX*2)
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000040, AX
-	DECQ        SI
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutBF16_4x4_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	MOVQ         w+16(FP), BX
-	MOVQ         ldw+24(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Z0
-	VBROADCASTSS 4(R8), Z1
-	VBROADCASTSS 8(R8), Z2
-	VBROADCASTSS 12(R8), Z3
-	VBROADCASTSS 16(R8), Z4
-	VBROADCASTSS 20(R8), Z5
-	VBROADCASTSS 24(R8), Z6
-	VBROADCASTSS 28(R8), Z7
-	VBROADCASTSS 32(R8), Z8
-	VBROADCASTSS 36(R8), Z9
-	VBROADCASTSS 40(R8), Z10
-	VBROADCASTSS 44(R8), Z11
-	VBROADCASTSS 48(R8), Z12
-	VBROADCASTSS 52(R8), Z13
-	VBROADCASTSS 56(R8), Z14
-	VBROADCASTSS 60(R8), Z15
-	TESTQ        R9, R9
-	JZ           done
-
-loop:
-	VPMOVZXWD   (BX), Z16
-	VPSLLD      $0x10, Z16, Z16
-	VPMOVZXWD   (BX)(SI*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VPMOVZXWD   (BX)(SI*2), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VPMOVZXWD   (BX)(DI*1), Z19
-	VPSLLD      $0x10, Z19, Z19
-	VMOVUPS     (AX), Z20
-	VFMADD231PS Z16, Z0, Z20
-	VFMADD231PS Z17, Z1, Z20
-	VFMADD231PS Z18, Z2, Z20
-	VFMADD231PS Z19, Z3, Z20
-	VMOVUPS     Z20, (AX)
-	VMOVUPS     (AX)(CX*1), Z20
-	VFMADD231PS Z16, Z4, Z20
-	VFMADD231PS Z17, Z5, Z20
-	VFMADD231PS Z18, Z6, Z20
-	VFMADD231PS Z19, Z7, Z20
-	VMOVUPS     Z20, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z20
-	VFMADD231PS Z16, Z8, Z20
-	VFMADD231PS Z17, Z9, Z20
-	VFMADD231PS Z18, Z10, Z20
-	VFMADD231PS Z19, Z11, Z20
-	VMOVUPS     Z20, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z20
-	VFMADD231PS Z16, Z12, Z20
-	VFMADD231PS Z17, Z13, Z20
-	VFMADD231PS Z18, Z14, Z20
-	VFMADD231PS Z19, Z15, Z20
-	VMOVUPS     Z20, (AX)(DX*1)
-	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000040, AX
-	DECQ        R9
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutBF16_1x4_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	MOVQ         w+16(FP), BX
-	MOVQ         ldw+24(FP), SI
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Z0
-	VBROADCASTSS 4(SI), Z1
-	VBROADCASTSS 8(SI), Z2
-	VBROADCASTSS 12(SI), Z3
-	TESTQ        DI, DI
-	JZ           done
-
-loop:
-	VPMOVZXWD   (BX), Z4
+	VMOVUPS     Z8, (DI)
+	VPMOVZXWD   32(R8), Z4
 	VPSLLD      $0x10, Z4, Z4
-	VMOVUPS     (AX), Z5
-	VFMADD231PS Z4, Z0, Z5
-	VMOVUPS     Z5, (AX)
-	VMOVUPS     (AX)(CX*1), Z5
-	VFMADD231PS Z4, Z1, Z5
-	VMOVUPS     Z5, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z5
-	VFMADD231PS Z4, Z2, Z5
-	VMOVUPS     Z5, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z5
-	VFMADD231PS Z4, Z3, Z5
-	VMOVUPS     Z5, (AX)(DX*1)
-	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000040, AX
-	DECQ        DI
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutBF16_4x5_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	LEAQ         (DI)(DI*2), R8
-	MOVQ         xs+32(FP), R9
-	MOVQ         n+40(FP), R10
-	VBROADCASTSS (R9), Z0
-	VBROADCASTSS 4(R9), Z1
-	VBROADCASTSS 8(R9), Z2
-	VBROADCASTSS 12(R9), Z3
-	VBROADCASTSS 16(R9), Z4
-	VBROADCASTSS 20(R9), Z5
-	VBROADCASTSS 24(R9), Z6
-	VBROADCASTSS 28(R9), Z7
-	VBROADCASTSS 32(R9), Z8
-	VBROADCASTSS 36(R9), Z9
-	VBROADCASTSS 40(R9), Z10
-	VBROADCASTSS 44(R9), Z11
-	VBROADCASTSS 48(R9), Z12
-	VBROADCASTSS 52(R9), Z13
-	VBROADCASTSS 56(R9), Z14
-	VBROADCASTSS 60(R9), Z15
-	VBROADCASTSS 64(R9), Z16
-	VBROADCASTSS 68(R9), Z17
-	VBROADCASTSS 72(R9), Z18
-	VBROADCASTSS 76(R9), Z19
-	TESTQ        R10, R10
-	JZ           done
-
-loop:
-	VPMOVZXWD   (SI), Z20
-	VPSLLD      $0x10, Z20, Z20
-	VPMOVZXWD   (SI)(DI*1), Z21
-	VPSLLD      $0x10, Z21, Z21
-	VPMOVZXWD   (SI)(DI*2), Z22
-	VPSLLD      $0x10, Z22, Z22
-	VPMOVZXWD   (SI)(R8*1), Z23
-	VPSLLD      $0x10, Z23, Z23
-	VMOVUPS     (AX), Z24
-	VFMADD231PS Z20, Z0, Z24
-	VFMADD231PS Z21, Z1, Z24
-	VFMADD231PS Z22, Z2, Z24
-	VFMADD231PS Z23, Z3, Z24
-	VMOVUPS     Z24, (AX)
-	VMOVUPS     (AX)(CX*1), Z24
-	VFMADD231PS Z20, Z4, Z24
-	VFMADD231PS Z21, Z5, Z24
-	VFMADD231PS Z22, Z6, Z24
-	VFMADD231PS Z23, Z7, Z24
-	VMOVUPS     Z24, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z24
-	VFMADD231PS Z20, Z8, Z24
-	VFMADD231PS Z21, Z9, Z24
-	VFMADD231PS Z22, Z10, Z24
-	VFMADD231PS Z23, Z11, Z24
-	VMOVUPS     Z24, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z24
-	VFMADD231PS Z20, Z12, Z24
-	VFMADD231PS Z21, Z13, Z24
-	VFMADD231PS Z22, Z14, Z24
-	VFMADD231PS Z23, Z15, Z24
-	VMOVUPS     Z24, (AX)(DX*1)
-	VMOVUPS     (BX), Z24
-	VFMADD231PS Z20, Z16, Z24
-	VFMADD231PS Z21, Z17, Z24
-	VFMADD231PS Z22, Z18, Z24
-	VFMADD231PS Z23, Z19, Z24
-	VMOVUPS     Z24, (BX)
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R10
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutBF16_1x5_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	TESTQ        R8, R8
-	JZ           done
-
-loop:
-	VPMOVZXWD   (SI), Z5
+	VPMOVZXWD   32(R8)(CX*1), Z5
 	VPSLLD      $0x10, Z5, Z5
-	VMOVUPS     (AX), Z6
-	VFMADD231PS Z5, Z0, Z6
-	VMOVUPS     Z6, (AX)
-	VMOVUPS     (AX)(CX*1), Z6
-	VFMADD231PS Z5, Z1, Z6
-	VMOVUPS     Z6, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z6
-	VFMADD231PS Z5, Z2, Z6
-	VMOVUPS     Z6, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z6
-	VFMADD231PS Z5, Z3, Z6
-	VMOVUPS     Z6, (AX)(DX*1)
-	VMOVUPS     (BX), Z6
-	VFMADD231PS Z5, Z4, Z6
-	VMOVUPS     Z6, (BX)
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutBF16_4x6_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	LEAQ         (DI)(DI*2), R8
-	MOVQ         xs+32(FP), R9
-	MOVQ         n+40(FP), R10
-	VBROADCASTSS (R9), Z0
-	VBROADCASTSS 4(R9), Z1
-	VBROADCASTSS 8(R9), Z2
-	VBROADCASTSS 12(R9), Z3
-	VBROADCASTSS 16(R9), Z4
-	VBROADCASTSS 20(R9), Z5
-	VBROADCASTSS 24(R9), Z6
-	VBROADCASTSS 28(R9), Z7
-	VBROADCASTSS 32(R9), Z8
-	VBROADCASTSS 36(R9), Z9
-	VBROADCASTSS 40(R9), Z10
-	VBROADCASTSS 44(R9), Z11
-	VBROADCASTSS 48(R9), Z12
-	VBROADCASTSS 52(R9), Z13
-	VBROADCASTSS 56(R9), Z14
-	VBROADCASTSS 60(R9), Z15
-	VBROADCASTSS 64(R9), Z16
-	VBROADCASTSS 68(R9), Z17
-	VBROADCASTSS 72(R9), Z18
-	VBROADCASTSS 76(R9), Z19
-	VBROADCASTSS 80(R9), Z20
-	VBROADCASTSS 84(R9), Z21
-	VBROADCASTSS 88(R9), Z22
-	VBROADCASTSS 92(R9), Z23
-	TESTQ        R10, R10
-	JZ           done
-
-loop:
-	VPMOVZXWD   (SI), Z24
-	VPSLLD      $0x10, Z24, Z24
-	VPMOVZXWD   (SI)(DI*1), Z25
-	VPSLLD      $0x10, Z25, Z25
-	VPMOVZXWD   (SI)(DI*2), Z26
-	VPSLLD      $0x10, Z26, Z26
-	VPMOVZXWD   (SI)(R8*1), Z27
-	VPSLLD      $0x10, Z27, Z27
-	VMOVUPS     (AX), Z28
-	VFMADD231PS Z24, Z0, Z28
-	VFMADD231PS Z25, Z1, Z28
-	VFMADD231PS Z26, Z2, Z28
-	VFMADD231PS Z27, Z3, Z28
-	VMOVUPS     Z28, (AX)
-	VMOVUPS     (AX)(CX*1), Z28
-	VFMADD231PS Z24, Z4, Z28
-	VFMADD231PS Z25, Z5, Z28
-	VFMADD231PS Z26, Z6, Z28
-	VFMADD231PS Z27, Z7, Z28
-	VMOVUPS     Z28, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z28
-	VFMADD231PS Z24, Z8, Z28
-	VFMADD231PS Z25, Z9, Z28
-	VFMADD231PS Z26, Z10, Z28
-	VFMADD231PS Z27, Z11, Z28
-	VMOVUPS     Z28, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z28
-	VFMADD231PS Z24, Z12, Z28
-	VFMADD231PS Z25, Z13, Z28
-	VFMADD231PS Z26, Z14, Z28
-	VFMADD231PS Z27, Z15, Z28
-	VMOVUPS     Z28, (AX)(DX*1)
-	VMOVUPS     (BX), Z28
-	VFMADD231PS Z24, Z16, Z28
-	VFMADD231PS Z25, Z17, Z28
-	VFMADD231PS Z26, Z18, Z28
-	VFMADD231PS Z27, Z19, Z28
-	VMOVUPS     Z28, (BX)
-	VMOVUPS     (BX)(CX*1), Z28
-	VFMADD231PS Z24, Z20, Z28
-	VFMADD231PS Z25, Z21, Z28
-	VFMADD231PS Z26, Z22, Z28
-	VFMADD231PS Z27, Z23, Z28
-	VMOVUPS     Z28, (BX)(CX*1)
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R10
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutBF16_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutBF16_1x6_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	VBROADCASTSS 20(DI), Z5
-	TESTQ        R8, R8
-	JZ           done
-
-loop:
-	VPMOVZXWD   (SI), Z6
+	VPMOVZXWD   32(R8)(CX*2), Z6
 	VPSLLD      $0x10, Z6, Z6
-	VMOVUPS     (AX), Z7
-	VFMADD231PS Z6, Z0, Z7
-	VMOVUPS     Z7, (AX)
-	VMOVUPS     (AX)(CX*1), Z7
-	VFMADD231PS Z6, Z1, Z7
-	VMOVUPS     Z7, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z7
-	VFMADD231PS Z6, Z2, Z7
-	VMOVUPS     Z7, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z7
-	VFMADD231PS Z6, Z3, Z7
-	VMOVUPS     Z7, (AX)(DX*1)
-	VMOVUPS     (BX), Z7
-	VFMADD231PS Z6, Z4, Z7
-	VMOVUPS     Z7, (BX)
-	VMOVUPS     (BX)(CX*1), Z7
-	VFMADD231PS Z6, Z5, Z7
-	VMOVUPS     Z7, (BX)(CX*1)
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutI8_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutI8_4x1_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	LEAQ         (DX)(DX*2), BX
-	LEAQ         (CX)(DX*4), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	TESTQ        R8, R8
-	JZ           done
-
-loop:
-	PREFETCHT0  (SI)
-	PREFETCHT0  (SI)(DX*1)
-	PREFETCHT0  (SI)(DX*2)
-	PREFETCHT0  (SI)(BX*1)
-	VPMOVSXBD   (CX), Z4
-	VCVTDQ2PS   Z4, Z4
-	VPMOVSXBD   (CX)(DX*1), Z5
-	VCVTDQ2PS   Z5, Z5
-	VPMOVSXBD   (CX)(DX*2), Z6
-	VCVTDQ2PS   Z6, Z6
-	VPMOVSXBD   (CX)(BX*1), Z7
-	VCVTDQ2PS   Z7, Z7
-	VMOVUPS     (AX), Z8
+	VPMOVZXWD   32(R8)(R9*1), Z7
+	VPSLLD      $0x10, Z7, Z7
+	VMOVUPS     64(DI), Z8
 	VFMADD231PS Z4, Z0, Z8
 	VFMADD231PS Z5, Z1, Z8
 	VFMADD231PS Z6, Z2, Z8
 	VFMADD231PS Z7, Z3, Z8
-	VMOVUPS     Z8, (AX)
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000010, SI
-	ADDQ        $0x00000040, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutI8_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F, MMX+
-TEXT ·inoutI8_1x1_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), CX
-	MOVQ         ldw+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Z0
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	PREFETCHT0  (CX)(DX*1)
-	VPMOVSXBD   (CX), Z1
-	VCVTDQ2PS   Z1, Z1
-	VMOVUPS     (AX), Z2
-	VFMADD231PS Z1, Z0, Z2
-	VMOVUPS     Z2, (AX)
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000040, AX
+	VMOVUPS     Z8, 64(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
 	DECQ        SI
 	JNZ         loop
 
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VPMOVZXWD   (R8), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VPMOVZXWD   (R8)(CX*1), Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD   (R8)(CX*2), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VPMOVZXWD   (R8)(R9*1), Z7
+	VPSLLD      $0x10, Z7, Z7
+	VMOVUPS     (DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, (DI)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
+
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·inoutI8_4x2_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	LEAQ         (DX)(BX*4), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Z0
-	VBROADCASTSS 4(R8), Z1
-	VBROADCASTSS 8(R8), Z2
-	VBROADCASTSS 12(R8), Z3
-	VBROADCASTSS 16(R8), Z4
-	VBROADCASTSS 20(R8), Z5
-	VBROADCASTSS 24(R8), Z6
-	VBROADCASTSS 28(R8), Z7
-	TESTQ        R9, R9
+TEXT ·inoutBF16_1x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	VBROADCASTSS (DX), Z0
+	MOVQ         SI, R9
+	ANDQ         $0x00000001, R9
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (DI)
-	PREFETCHT0  (DI)(BX*1)
-	PREFETCHT0  (DI)(BX*2)
-	PREFETCHT0  (DI)(SI*1)
-	VPMOVSXBD   (DX), Z8
-	VCVTDQ2PS   Z8, Z8
-	VPMOVSXBD   (DX)(BX*1), Z9
-	VCVTDQ2PS   Z9, Z9
-	VPMOVSXBD   (DX)(BX*2), Z10
-	VCVTDQ2PS   Z10, Z10
-	VPMOVSXBD   (DX)(SI*1), Z11
-	VCVTDQ2PS   Z11, Z11
-	VMOVUPS     (AX), Z12
+	PREFETCHT0  (R8)(CX*1)
+	VPMOVZXWD   (R8), Z1
+	VPSLLD      $0x10, Z1, Z1
+	VMOVUPS     (DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (DI)
+	VPMOVZXWD   32(R8), Z1
+	VPSLLD      $0x10, Z1, Z1
+	VMOVUPS     64(DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, 64(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R9, R9
+	JZ    next
+
+one:
+	VPMOVZXWD   (R8), Z1
+	VPSLLD      $0x10, Z1, Z1
+	VMOVUPS     (DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (DI)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000040, DI
+	DECQ        R9
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000004, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutBF16_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutBF16_4x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	LEAQ         (R9)(CX*4), R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(CX*1)
+	PREFETCHT0  (R11)(CX*2)
+	PREFETCHT0  (R11)(R10*1)
+	VPMOVZXWD   (R9), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (R9)(CX*1), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD   (R9)(CX*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD   (R9)(R10*1), Z11
+	VPSLLD      $0x10, Z11, Z11
+	VMOVUPS     (DI), Z12
 	VFMADD231PS Z8, Z0, Z12
 	VFMADD231PS Z9, Z1, Z12
 	VFMADD231PS Z10, Z2, Z12
 	VFMADD231PS Z11, Z3, Z12
-	VMOVUPS     Z12, (AX)
-	VMOVUPS     (AX)(CX*1), Z12
+	VMOVUPS     Z12, (DI)
+	VMOVUPS     (DI)(R8*1), Z12
 	VFMADD231PS Z8, Z4, Z12
 	VFMADD231PS Z9, Z5, Z12
 	VFMADD231PS Z10, Z6, Z12
 	VFMADD231PS Z11, Z7, Z12
-	VMOVUPS     Z12, (AX)(CX*1)
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000010, DI
-	ADDQ        $0x00000040, AX
-	DECQ        R9
+	VMOVUPS     Z12, (DI)(R8*1)
+	VPMOVZXWD   32(R9), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   32(R9)(CX*1), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD   32(R9)(CX*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD   32(R9)(R10*1), Z11
+	VPSLLD      $0x10, Z11, Z11
+	VMOVUPS     64(DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, 64(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVZXWD   (R9), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (R9)(CX*1), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD   (R9)(CX*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD   (R9)(R10*1), Z11
+	VPSLLD      $0x10, Z11, Z11
+	VMOVUPS     (DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, (DI)
+	VMOVUPS     (DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, (DI)(R8*1)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000020, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·inoutI8_1x2_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Z0
-	VBROADCASTSS 4(SI), Z1
-	TESTQ        DI, DI
+TEXT ·inoutBF16_1x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	MOVQ         SI, R10
+	ANDQ         $0x00000001, R10
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	PREFETCHT0  (DX)(BX*1)
-	VPMOVSXBD   (DX), Z2
-	VCVTDQ2PS   Z2, Z2
-	VMOVUPS     (AX), Z3
+	PREFETCHT0  (R9)(CX*1)
+	VPMOVZXWD   (R9), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VMOVUPS     (DI), Z3
 	VFMADD231PS Z2, Z0, Z3
-	VMOVUPS     Z3, (AX)
-	VMOVUPS     (AX)(CX*1), Z3
+	VMOVUPS     Z3, (DI)
+	VMOVUPS     (DI)(R8*1), Z3
 	VFMADD231PS Z2, Z1, Z3
-	VMOVUPS     Z3, (AX)(CX*1)
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000040, AX
-	DECQ        DI
+	VMOVUPS     Z3, (DI)(R8*1)
+	VPMOVZXWD   32(R9), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VMOVUPS     64(DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, 64(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VPMOVZXWD   (R9), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VMOVUPS     (DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, (DI)
+	VMOVUPS     (DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, (DI)(R8*1)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000008, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutI8_4x3_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	VBROADCASTSS 20(DI), Z5
-	VBROADCASTSS 24(DI), Z6
-	VBROADCASTSS 28(DI), Z7
-	VBROADCASTSS 32(DI), Z8
-	VBROADCASTSS 36(DI), Z9
-	VBROADCASTSS 40(DI), Z10
-	VBROADCASTSS 44(DI), Z11
-	TESTQ        R8, R8
+TEXT ·inoutBF16_4x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	MOVQ         SI, R11
+	ANDQ         $0x00000001, R11
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	VPMOVSXBD   (DX), Z12
-	VCVTDQ2PS   Z12, Z12
-	VPMOVSXBD   (DX)(BX*1), Z13
-	VCVTDQ2PS   Z13, Z13
-	VPMOVSXBD   (DX)(BX*2), Z14
-	VCVTDQ2PS   Z14, Z14
-	VPMOVSXBD   (DX)(SI*1), Z15
-	VCVTDQ2PS   Z15, Z15
-	VMOVUPS     (AX), Z16
+	VPMOVZXWD   (R9), Z12
+	VPSLLD      $0x10, Z12, Z12
+	VPMOVZXWD   (R9)(CX*1), Z13
+	VPSLLD      $0x10, Z13, Z13
+	VPMOVZXWD   (R9)(CX*2), Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD   (R9)(R10*1), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VMOVUPS     (DI), Z16
 	VFMADD231PS Z12, Z0, Z16
 	VFMADD231PS Z13, Z1, Z16
 	VFMADD231PS Z14, Z2, Z16
 	VFMADD231PS Z15, Z3, Z16
-	VMOVUPS     Z16, (AX)
-	VMOVUPS     (AX)(CX*1), Z16
+	VMOVUPS     Z16, (DI)
+	VMOVUPS     (DI)(R8*1), Z16
 	VFMADD231PS Z12, Z4, Z16
 	VFMADD231PS Z13, Z5, Z16
 	VFMADD231PS Z14, Z6, Z16
 	VFMADD231PS Z15, Z7, Z16
-	VMOVUPS     Z16, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z16
+	VMOVUPS     Z16, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z16
 	VFMADD231PS Z12, Z8, Z16
 	VFMADD231PS Z13, Z9, Z16
 	VFMADD231PS Z14, Z10, Z16
 	VFMADD231PS Z15, Z11, Z16
-	VMOVUPS     Z16, (AX)(CX*2)
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000040, AX
-	DECQ        R8
-	JNZ         loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func inoutI8_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·inoutI8_1x3_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         ldw+24(FP), BX
-	MOVQ         xs+32(FP), BX
-	MOVQ         n+40(FP), SI
-	VBROADCASTSS (BX), Z0
-	VBROADCASTSS 4(BX), Z1
-	VBROADCASTSS 8(BX), Z2
-	TESTQ        SI, SI
-	JZ           done
-
-loop:
-	VPMOVSXBD   (DX), Z3
-	VCVTDQ2PS   Z3, Z3
-	VMOVUPS     (AX), Z4
-	VFMADD231PS Z3, Z0, Z4
-	VMOVUPS     Z4, (AX)
-	VMOVUPS     (AX)(CX*1), Z4
-	VFMADD231PS Z3, Z1, Z4
-	VMOVUPS     Z4, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z4
-	VFMADD231PS Z3, Z2, Z4
-	VMOVUPS     Z4, (AX)(CX*2)
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000040, AX
+	VMOVUPS     Z16, (DI)(R8*2)
+	VPMOVZXWD   32(R9), Z12
+	VPSLLD      $0x10, Z12, Z12
+	VPMOVZXWD   32(R9)(CX*1), Z13
+	VPSLLD      $0x10, Z13, Z13
+	VPMOVZXWD   32(R9)(CX*2), Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD   32(R9)(R10*1), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VMOVUPS     64(DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, 64(DI)(R8*2)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
 	DECQ        SI
 	JNZ         loop
 
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VPMOVZXWD   (R9), Z12
+	VPSLLD      $0x10, Z12, Z12
+	VPMOVZXWD   (R9)(CX*1), Z13
+	VPSLLD      $0x10, Z13, Z13
+	VPMOVZXWD   (R9)(CX*2), Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD   (R9)(R10*1), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VMOVUPS     (DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, (DI)
+	VMOVUPS     (DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, (DI)(R8*2)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000030, DX
+	DECQ BX
+	JNZ  group
+
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutI8_4x4_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	MOVQ         w+16(FP), BX
-	MOVQ         ldw+24(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVQ         xs+32(FP), R8
-	MOVQ         n+40(FP), R9
-	VBROADCASTSS (R8), Z0
-	VBROADCASTSS 4(R8), Z1
-	VBROADCASTSS 8(R8), Z2
-	VBROADCASTSS 12(R8), Z3
-	VBROADCASTSS 16(R8), Z4
-	VBROADCASTSS 20(R8), Z5
-	VBROADCASTSS 24(R8), Z6
-	VBROADCASTSS 28(R8), Z7
-	VBROADCASTSS 32(R8), Z8
-	VBROADCASTSS 36(R8), Z9
-	VBROADCASTSS 40(R8), Z10
-	VBROADCASTSS 44(R8), Z11
-	VBROADCASTSS 48(R8), Z12
-	VBROADCASTSS 52(R8), Z13
-	VBROADCASTSS 56(R8), Z14
-	VBROADCASTSS 60(R8), Z15
-	TESTQ        R9, R9
+TEXT ·inoutBF16_1x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	MOVQ         SI, R10
+	ANDQ         $0x00000001, R10
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	VPMOVSXBD   (BX), Z16
-	VCVTDQ2PS   Z16, Z16
-	VPMOVSXBD   (BX)(SI*1), Z17
-	VCVTDQ2PS   Z17, Z17
-	VPMOVSXBD   (BX)(SI*2), Z18
-	VCVTDQ2PS   Z18, Z18
-	VPMOVSXBD   (BX)(DI*1), Z19
-	VCVTDQ2PS   Z19, Z19
-	VMOVUPS     (AX), Z20
+	VPMOVZXWD   (R9), Z3
+	VPSLLD      $0x10, Z3, Z3
+	VMOVUPS     (DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, (DI)
+	VMOVUPS     (DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (DI)(R8*2)
+	VPMOVZXWD   32(R9), Z3
+	VPSLLD      $0x10, Z3, Z3
+	VMOVUPS     64(DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, 64(DI)(R8*2)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VPMOVZXWD   (R9), Z3
+	VPSLLD      $0x10, Z3, Z3
+	VMOVUPS     (DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, (DI)
+	VMOVUPS     (DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (DI)(R8*2)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x0000000c, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutBF16_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutBF16_4x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         AX, R10
+	LEAQ         (CX)(CX*2), R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
+
+loop:
+	VPMOVZXWD   (R10), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VPMOVZXWD   (R10)(CX*1), Z17
+	VPSLLD      $0x10, Z17, Z17
+	VPMOVZXWD   (R10)(CX*2), Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD   (R10)(R11*1), Z19
+	VPSLLD      $0x10, Z19, Z19
+	VMOVUPS     (DI), Z20
 	VFMADD231PS Z16, Z0, Z20
 	VFMADD231PS Z17, Z1, Z20
 	VFMADD231PS Z18, Z2, Z20
 	VFMADD231PS Z19, Z3, Z20
-	VMOVUPS     Z20, (AX)
-	VMOVUPS     (AX)(CX*1), Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(R8*1), Z20
 	VFMADD231PS Z16, Z4, Z20
 	VFMADD231PS Z17, Z5, Z20
 	VFMADD231PS Z18, Z6, Z20
 	VFMADD231PS Z19, Z7, Z20
-	VMOVUPS     Z20, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z20
+	VMOVUPS     Z20, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z20
 	VFMADD231PS Z16, Z8, Z20
 	VFMADD231PS Z17, Z9, Z20
 	VFMADD231PS Z18, Z10, Z20
 	VFMADD231PS Z19, Z11, Z20
-	VMOVUPS     Z20, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z20
+	VMOVUPS     Z20, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z20
 	VFMADD231PS Z16, Z12, Z20
 	VFMADD231PS Z17, Z13, Z20
 	VFMADD231PS Z18, Z14, Z20
 	VFMADD231PS Z19, Z15, Z20
-	VMOVUPS     Z20, (AX)(DX*1)
-	ADDQ        $0x00000010, BX
-	ADDQ        $0x00000040, AX
-	DECQ        R9
+	VMOVUPS     Z20, (DI)(R9*1)
+	VPMOVZXWD   32(R10), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VPMOVZXWD   32(R10)(CX*1), Z17
+	VPSLLD      $0x10, Z17, Z17
+	VPMOVZXWD   32(R10)(CX*2), Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD   32(R10)(R11*1), Z19
+	VPSLLD      $0x10, Z19, Z19
+	VMOVUPS     64(DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, 64(DI)(R9*1)
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVZXWD   (R10), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VPMOVZXWD   (R10)(CX*1), Z17
+	VPSLLD      $0x10, Z17, Z17
+	VPMOVZXWD   (R10)(CX*2), Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD   (R10)(R11*1), Z19
+	VPSLLD      $0x10, Z19, Z19
+	VMOVUPS     (DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, (DI)(R9*1)
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000040, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutI8_1x4_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	MOVQ         w+16(FP), BX
-	MOVQ         ldw+24(FP), SI
-	MOVQ         xs+32(FP), SI
-	MOVQ         n+40(FP), DI
-	VBROADCASTSS (SI), Z0
-	VBROADCASTSS 4(SI), Z1
-	VBROADCASTSS 8(SI), Z2
-	VBROADCASTSS 12(SI), Z3
-	TESTQ        DI, DI
+TEXT ·inoutBF16_1x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         AX, R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	MOVQ         SI, R11
+	ANDQ         $0x00000001, R11
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	VPMOVSXBD   (BX), Z4
-	VCVTDQ2PS   Z4, Z4
-	VMOVUPS     (AX), Z5
+	VPMOVZXWD   (R10), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VMOVUPS     (DI), Z5
 	VFMADD231PS Z4, Z0, Z5
-	VMOVUPS     Z5, (AX)
-	VMOVUPS     (AX)(CX*1), Z5
+	VMOVUPS     Z5, (DI)
+	VMOVUPS     (DI)(R8*1), Z5
 	VFMADD231PS Z4, Z1, Z5
-	VMOVUPS     Z5, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z5
+	VMOVUPS     Z5, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z5
 	VFMADD231PS Z4, Z2, Z5
-	VMOVUPS     Z5, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z5
+	VMOVUPS     Z5, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z5
 	VFMADD231PS Z4, Z3, Z5
-	VMOVUPS     Z5, (AX)(DX*1)
-	ADDQ        $0x00000010, BX
-	ADDQ        $0x00000040, AX
-	DECQ        DI
+	VMOVUPS     Z5, (DI)(R9*1)
+	VPMOVZXWD   32(R10), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VMOVUPS     64(DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, 64(DI)(R9*1)
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VPMOVZXWD   (R10), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VMOVUPS     (DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, (DI)
+	VMOVUPS     (DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, (DI)(R9*1)
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutI8_4x5_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	LEAQ         (DI)(DI*2), R8
-	MOVQ         xs+32(FP), R9
-	MOVQ         n+40(FP), R10
-	VBROADCASTSS (R9), Z0
-	VBROADCASTSS 4(R9), Z1
-	VBROADCASTSS 8(R9), Z2
-	VBROADCASTSS 12(R9), Z3
-	VBROADCASTSS 16(R9), Z4
-	VBROADCASTSS 20(R9), Z5
-	VBROADCASTSS 24(R9), Z6
-	VBROADCASTSS 28(R9), Z7
-	VBROADCASTSS 32(R9), Z8
-	VBROADCASTSS 36(R9), Z9
-	VBROADCASTSS 40(R9), Z10
-	VBROADCASTSS 44(R9), Z11
-	VBROADCASTSS 48(R9), Z12
-	VBROADCASTSS 52(R9), Z13
-	VBROADCASTSS 56(R9), Z14
-	VBROADCASTSS 60(R9), Z15
-	VBROADCASTSS 64(R9), Z16
-	VBROADCASTSS 68(R9), Z17
-	VBROADCASTSS 72(R9), Z18
-	VBROADCASTSS 76(R9), Z19
-	TESTQ        R10, R10
+TEXT ·inoutBF16_4x5_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	LEAQ         (CX)(CX*2), R12
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	VBROADCASTSS 64(DX), Z16
+	VBROADCASTSS 68(DX), Z17
+	VBROADCASTSS 72(DX), Z18
+	VBROADCASTSS 76(DX), Z19
+	MOVQ         SI, R13
+	ANDQ         $0x00000001, R13
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	VPMOVSXBD   (SI), Z20
-	VCVTDQ2PS   Z20, Z20
-	VPMOVSXBD   (SI)(DI*1), Z21
-	VCVTDQ2PS   Z21, Z21
-	VPMOVSXBD   (SI)(DI*2), Z22
-	VCVTDQ2PS   Z22, Z22
-	VPMOVSXBD   (SI)(R8*1), Z23
-	VCVTDQ2PS   Z23, Z23
-	VMOVUPS     (AX), Z24
+	VPMOVZXWD   (R11), Z20
+	VPSLLD      $0x10, Z20, Z20
+	VPMOVZXWD   (R11)(CX*1), Z21
+	VPSLLD      $0x10, Z21, Z21
+	VPMOVZXWD   (R11)(CX*2), Z22
+	VPSLLD      $0x10, Z22, Z22
+	VPMOVZXWD   (R11)(R12*1), Z23
+	VPSLLD      $0x10, Z23, Z23
+	VMOVUPS     (DI), Z24
 	VFMADD231PS Z20, Z0, Z24
 	VFMADD231PS Z21, Z1, Z24
 	VFMADD231PS Z22, Z2, Z24
 	VFMADD231PS Z23, Z3, Z24
-	VMOVUPS     Z24, (AX)
-	VMOVUPS     (AX)(CX*1), Z24
+	VMOVUPS     Z24, (DI)
+	VMOVUPS     (DI)(R8*1), Z24
 	VFMADD231PS Z20, Z4, Z24
 	VFMADD231PS Z21, Z5, Z24
 	VFMADD231PS Z22, Z6, Z24
 	VFMADD231PS Z23, Z7, Z24
-	VMOVUPS     Z24, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z24
+	VMOVUPS     Z24, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z24
 	VFMADD231PS Z20, Z8, Z24
 	VFMADD231PS Z21, Z9, Z24
 	VFMADD231PS Z22, Z10, Z24
 	VFMADD231PS Z23, Z11, Z24
-	VMOVUPS     Z24, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z24
+	VMOVUPS     Z24, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z24
 	VFMADD231PS Z20, Z12, Z24
 	VFMADD231PS Z21, Z13, Z24
 	VFMADD231PS Z22, Z14, Z24
 	VFMADD231PS Z23, Z15, Z24
-	VMOVUPS     Z24, (AX)(DX*1)
-	VMOVUPS     (BX), Z24
+	VMOVUPS     Z24, (DI)(R9*1)
+	VMOVUPS     (R10), Z24
 	VFMADD231PS Z20, Z16, Z24
 	VFMADD231PS Z21, Z17, Z24
 	VFMADD231PS Z22, Z18, Z24
 	VFMADD231PS Z23, Z19, Z24
-	VMOVUPS     Z24, (BX)
-	ADDQ        $0x00000010, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R10
+	VMOVUPS     Z24, (R10)
+	VPMOVZXWD   32(R11), Z20
+	VPSLLD      $0x10, Z20, Z20
+	VPMOVZXWD   32(R11)(CX*1), Z21
+	VPSLLD      $0x10, Z21, Z21
+	VPMOVZXWD   32(R11)(CX*2), Z22
+	VPSLLD      $0x10, Z22, Z22
+	VPMOVZXWD   32(R11)(R12*1), Z23
+	VPSLLD      $0x10, Z23, Z23
+	VMOVUPS     64(DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, 64(R10)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000080, R10
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R13, R13
+	JZ    next
+
+one:
+	VPMOVZXWD   (R11), Z20
+	VPSLLD      $0x10, Z20, Z20
+	VPMOVZXWD   (R11)(CX*1), Z21
+	VPSLLD      $0x10, Z21, Z21
+	VPMOVZXWD   (R11)(CX*2), Z22
+	VPSLLD      $0x10, Z22, Z22
+	VPMOVZXWD   (R11)(R12*1), Z23
+	VPSLLD      $0x10, Z23, Z23
+	VMOVUPS     (DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, (DI)
+	VMOVUPS     (DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, (DI)(R9*1)
+	VMOVUPS     (R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, (R10)
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R13
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000050, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutI8_1x5_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	TESTQ        R8, R8
+TEXT ·inoutBF16_1x5_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	VPMOVSXBD   (SI), Z5
-	VCVTDQ2PS   Z5, Z5
-	VMOVUPS     (AX), Z6
+	VPMOVZXWD   (R11), Z5
+	VPSLLD      $0x10, Z5, Z5
+	VMOVUPS     (DI), Z6
 	VFMADD231PS Z5, Z0, Z6
-	VMOVUPS     Z6, (AX)
-	VMOVUPS     (AX)(CX*1), Z6
+	VMOVUPS     Z6, (DI)
+	VMOVUPS     (DI)(R8*1), Z6
 	VFMADD231PS Z5, Z1, Z6
-	VMOVUPS     Z6, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z6
+	VMOVUPS     Z6, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z6
 	VFMADD231PS Z5, Z2, Z6
-	VMOVUPS     Z6, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z6
+	VMOVUPS     Z6, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z6
 	VFMADD231PS Z5, Z3, Z6
-	VMOVUPS     Z6, (AX)(DX*1)
-	VMOVUPS     (BX), Z6
+	VMOVUPS     Z6, (DI)(R9*1)
+	VMOVUPS     (R10), Z6
 	VFMADD231PS Z5, Z4, Z6
-	VMOVUPS     Z6, (BX)
-	ADDQ        $0x00000010, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R8
+	VMOVUPS     Z6, (R10)
+	VPMOVZXWD   32(R11), Z5
+	VPSLLD      $0x10, Z5, Z5
+	VMOVUPS     64(DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, 64(R10)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000080, R10
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVZXWD   (R11), Z5
+	VPSLLD      $0x10, Z5, Z5
+	VMOVUPS     (DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, (DI)
+	VMOVUPS     (DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, (DI)(R9*1)
+	VMOVUPS     (R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, (R10)
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R12
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000014, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutI8_4x6_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	LEAQ         (DI)(DI*2), R8
-	MOVQ         xs+32(FP), R9
-	MOVQ         n+40(FP), R10
-	VBROADCASTSS (R9), Z0
-	VBROADCASTSS 4(R9), Z1
-	VBROADCASTSS 8(R9), Z2
-	VBROADCASTSS 12(R9), Z3
-	VBROADCASTSS 16(R9), Z4
-	VBROADCASTSS 20(R9), Z5
-	VBROADCASTSS 24(R9), Z6
-	VBROADCASTSS 28(R9), Z7
-	VBROADCASTSS 32(R9), Z8
-	VBROADCASTSS 36(R9), Z9
-	VBROADCASTSS 40(R9), Z10
-	VBROADCASTSS 44(R9), Z11
-	VBROADCASTSS 48(R9), Z12
-	VBROADCASTSS 52(R9), Z13
-	VBROADCASTSS 56(R9), Z14
-	VBROADCASTSS 60(R9), Z15
-	VBROADCASTSS 64(R9), Z16
-	VBROADCASTSS 68(R9), Z17
-	VBROADCASTSS 72(R9), Z18
-	VBROADCASTSS 76(R9), Z19
-	VBROADCASTSS 80(R9), Z20
-	VBROADCASTSS 84(R9), Z21
-	VBROADCASTSS 88(R9), Z22
-	VBROADCASTSS 92(R9), Z23
-	TESTQ        R10, R10
+TEXT ·inoutBF16_4x6_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	LEAQ         (CX)(CX*2), R12
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	VBROADCASTSS 64(DX), Z16
+	VBROADCASTSS 68(DX), Z17
+	VBROADCASTSS 72(DX), Z18
+	VBROADCASTSS 76(DX), Z19
+	VBROADCASTSS 80(DX), Z20
+	VBROADCASTSS 84(DX), Z21
+	VBROADCASTSS 88(DX), Z22
+	VBROADCASTSS 92(DX), Z23
+	MOVQ         SI, R13
+	ANDQ         $0x00000001, R13
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	VPMOVSXBD   (SI), Z24
-	VCVTDQ2PS   Z24, Z24
-	VPMOVSXBD   (SI)(DI*1), Z25
-	VCVTDQ2PS   Z25, Z25
-	VPMOVSXBD   (SI)(DI*2), Z26
-	VCVTDQ2PS   Z26, Z26
-	VPMOVSXBD   (SI)(R8*1), Z27
-	VCVTDQ2PS   Z27, Z27
-	VMOVUPS     (AX), Z28
+	VPMOVZXWD   (R11), Z24
+	VPSLLD      $0x10, Z24, Z24
+	VPMOVZXWD   (R11)(CX*1), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VPMOVZXWD   (R11)(CX*2), Z26
+	VPSLLD      $0x10, Z26, Z26
+	VPMOVZXWD   (R11)(R12*1), Z27
+	VPSLLD      $0x10, Z27, Z27
+	VMOVUPS     (DI), Z28
 	VFMADD231PS Z24, Z0, Z28
 	VFMADD231PS Z25, Z1, Z28
 	VFMADD231PS Z26, Z2, Z28
 	VFMADD231PS Z27, Z3, Z28
-	VMOVUPS     Z28, (AX)
-	VMOVUPS     (AX)(CX*1), Z28
+	VMOVUPS     Z28, (DI)
+	VMOVUPS     (DI)(R8*1), Z28
 	VFMADD231PS Z24, Z4, Z28
 	VFMADD231PS Z25, Z5, Z28
 	VFMADD231PS Z26, Z6, Z28
 	VFMADD231PS Z27, Z7, Z28
-	VMOVUPS     Z28, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z28
+	VMOVUPS     Z28, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z28
 	VFMADD231PS Z24, Z8, Z28
 	VFMADD231PS Z25, Z9, Z28
 	VFMADD231PS Z26, Z10, Z28
 	VFMADD231PS Z27, Z11, Z28
-	VMOVUPS     Z28, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z28
+	VMOVUPS     Z28, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z28
 	VFMADD231PS Z24, Z12, Z28
 	VFMADD231PS Z25, Z13, Z28
 	VFMADD231PS Z26, Z14, Z28
 	VFMADD231PS Z27, Z15, Z28
-	VMOVUPS     Z28, (AX)(DX*1)
-	VMOVUPS     (BX), Z28
+	VMOVUPS     Z28, (DI)(R9*1)
+	VMOVUPS     (R10), Z28
 	VFMADD231PS Z24, Z16, Z28
 	VFMADD231PS Z25, Z17, Z28
 	VFMADD231PS Z26, Z18, Z28
 	VFMADD231PS Z27, Z19, Z28
-	VMOVUPS     Z28, (BX)
-	VMOVUPS     (BX)(CX*1), Z28
+	VMOVUPS     Z28, (R10)
+	VMOVUPS     (R10)(R8*1), Z28
 	VFMADD231PS Z24, Z20, Z28
 	VFMADD231PS Z25, Z21, Z28
 	VFMADD231PS Z26, Z22, Z28
 	VFMADD231PS Z27, Z23, Z28
-	VMOVUPS     Z28, (BX)(CX*1)
-	ADDQ        $0x00000010, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R10
+	VMOVUPS     Z28, (R10)(R8*1)
+	VPMOVZXWD   32(R11), Z24
+	VPSLLD      $0x10, Z24, Z24
+	VPMOVZXWD   32(R11)(CX*1), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VPMOVZXWD   32(R11)(CX*2), Z26
+	VPSLLD      $0x10, Z26, Z26
+	VPMOVZXWD   32(R11)(R12*1), Z27
+	VPSLLD      $0x10, Z27, Z27
+	VMOVUPS     64(DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, 64(R10)
+	VMOVUPS     64(R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, 64(R10)(R8*1)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000080, R10
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R13, R13
+	JZ    next
+
+one:
+	VPMOVZXWD   (R11), Z24
+	VPSLLD      $0x10, Z24, Z24
+	VPMOVZXWD   (R11)(CX*1), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VPMOVZXWD   (R11)(CX*2), Z26
+	VPSLLD      $0x10, Z26, Z26
+	VPMOVZXWD   (R11)(R12*1), Z27
+	VPSLLD      $0x10, Z27, Z27
+	VMOVUPS     (DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, (DI)
+	VMOVUPS     (DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, (DI)(R9*1)
+	VMOVUPS     (R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, (R10)
+	VMOVUPS     (R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, (R10)(R8*1)
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R13
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000060, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
 	RET
 
-// func inoutI8_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)
+// func inoutBF16_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
 // Requires: AVX, AVX512F
-TEXT ·inoutI8_1x6_AVX512(SB), NOSPLIT, $0-48
-	MOVQ         acc+0(FP), AX
-	MOVQ         lda+8(FP), CX
-	LEAQ         (CX)(CX*2), DX
-	LEAQ         (AX)(CX*4), BX
-	MOVQ         w+16(FP), SI
-	MOVQ         ldw+24(FP), DI
-	MOVQ         xs+32(FP), DI
-	MOVQ         n+40(FP), R8
-	VBROADCASTSS (DI), Z0
-	VBROADCASTSS 4(DI), Z1
-	VBROADCASTSS 8(DI), Z2
-	VBROADCASTSS 12(DI), Z3
-	VBROADCASTSS 16(DI), Z4
-	VBROADCASTSS 20(DI), Z5
-	TESTQ        R8, R8
+TEXT ·inoutBF16_1x6_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
 	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	MOVQ         SI, R12
+	ANDQ         $0x00000001, R12
+	SHRQ         $0x01, SI
+	JZ           rest
 
 loop:
-	VPMOVSXBD   (SI), Z6
-	VCVTDQ2PS   Z6, Z6
-	VMOVUPS     (AX), Z7
+	VPMOVZXWD   (R11), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VMOVUPS     (DI), Z7
 	VFMADD231PS Z6, Z0, Z7
-	VMOVUPS     Z7, (AX)
-	VMOVUPS     (AX)(CX*1), Z7
+	VMOVUPS     Z7, (DI)
+	VMOVUPS     (DI)(R8*1), Z7
 	VFMADD231PS Z6, Z1, Z7
-	VMOVUPS     Z7, (AX)(CX*1)
-	VMOVUPS     (AX)(CX*2), Z7
+	VMOVUPS     Z7, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z7
 	VFMADD231PS Z6, Z2, Z7
-	VMOVUPS     Z7, (AX)(CX*2)
-	VMOVUPS     (AX)(DX*1), Z7
+	VMOVUPS     Z7, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z7
 	VFMADD231PS Z6, Z3, Z7
-	VMOVUPS     Z7, (AX)(DX*1)
-	VMOVUPS     (BX), Z7
+	VMOVUPS     Z7, (DI)(R9*1)
+	VMOVUPS     (R10), Z7
 	VFMADD231PS Z6, Z4, Z7
-	VMOVUPS     Z7, (BX)
-	VMOVUPS     (BX)(CX*1), Z7
+	VMOVUPS     Z7, (R10)
+	VMOVUPS     (R10)(R8*1), Z7
 	VFMADD231PS Z6, Z5, Z7
-	VMOVUPS     Z7, (BX)(CX*1)
-	ADDQ        $0x00000010, SI
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, BX
-	DECQ        R8
+	VMOVUPS     Z7, (R10)(R8*1)
+	VPMOVZXWD   32(R11), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VMOVUPS     64(DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, 64(R10)
+	VMOVUPS     64(R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, 64(R10)(R8*1)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000080, R10
+	DECQ        SI
 	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVZXWD   (R11), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VMOVUPS     (DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, (DI)
+	VMOVUPS     (DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, (DI)(R9*1)
+	VMOVUPS     (R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, (R10)
+	VMOVUPS     (R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, (R10)(R8*1)
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R12
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000018, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_4x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutI8_4x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	LEAQ         (CX)(CX*2), R9
+	LEAQ         (R8)(CX*4), R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	MOVQ         SI, R11
+	ANDQ         $0x00000003, R11
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(CX*1)
+	PREFETCHT0  (R10)(CX*2)
+	PREFETCHT0  (R10)(R9*1)
+	VPMOVSXBD   (R8), Z4
+	VCVTDQ2PS   Z4, Z4
+	VPMOVSXBD   (R8)(CX*1), Z5
+	VCVTDQ2PS   Z5, Z5
+	VPMOVSXBD   (R8)(CX*2), Z6
+	VCVTDQ2PS   Z6, Z6
+	VPMOVSXBD   (R8)(R9*1), Z7
+	VCVTDQ2PS   Z7, Z7
+	VMOVUPS     (DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, (DI)
+	VPMOVSXBD   16(R8), Z4
+	VCVTDQ2PS   Z4, Z4
+	VPMOVSXBD   16(R8)(CX*1), Z5
+	VCVTDQ2PS   Z5, Z5
+	VPMOVSXBD   16(R8)(CX*2), Z6
+	VCVTDQ2PS   Z6, Z6
+	VPMOVSXBD   16(R8)(R9*1), Z7
+	VCVTDQ2PS   Z7, Z7
+	VMOVUPS     64(DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, 64(DI)
+	VPMOVSXBD   32(R8), Z4
+	VCVTDQ2PS   Z4, Z4
+	VPMOVSXBD   32(R8)(CX*1), Z5
+	VCVTDQ2PS   Z5, Z5
+	VPMOVSXBD   32(R8)(CX*2), Z6
+	VCVTDQ2PS   Z6, Z6
+	VPMOVSXBD   32(R8)(R9*1), Z7
+	VCVTDQ2PS   Z7, Z7
+	VMOVUPS     128(DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, 128(DI)
+	VPMOVSXBD   48(R8), Z4
+	VCVTDQ2PS   Z4, Z4
+	VPMOVSXBD   48(R8)(CX*1), Z5
+	VCVTDQ2PS   Z5, Z5
+	VPMOVSXBD   48(R8)(CX*2), Z6
+	VCVTDQ2PS   Z6, Z6
+	VPMOVSXBD   48(R8)(R9*1), Z7
+	VCVTDQ2PS   Z7, Z7
+	VMOVUPS     192(DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, 192(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VPMOVSXBD   (R8), Z4
+	VCVTDQ2PS   Z4, Z4
+	VPMOVSXBD   (R8)(CX*1), Z5
+	VCVTDQ2PS   Z5, Z5
+	VPMOVSXBD   (R8)(CX*2), Z6
+	VCVTDQ2PS   Z6, Z6
+	VPMOVSXBD   (R8)(R9*1), Z7
+	VCVTDQ2PS   Z7, Z7
+	VMOVUPS     (DI), Z8
+	VFMADD231PS Z4, Z0, Z8
+	VFMADD231PS Z5, Z1, Z8
+	VFMADD231PS Z6, Z2, Z8
+	VFMADD231PS Z7, Z3, Z8
+	VMOVUPS     Z8, (DI)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_1x1_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutI8_1x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R8
+	VBROADCASTSS (DX), Z0
+	MOVQ         SI, R9
+	ANDQ         $0x00000003, R9
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R8)(CX*1)
+	VPMOVSXBD   (R8), Z1
+	VCVTDQ2PS   Z1, Z1
+	VMOVUPS     (DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (DI)
+	VPMOVSXBD   16(R8), Z1
+	VCVTDQ2PS   Z1, Z1
+	VMOVUPS     64(DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, 64(DI)
+	VPMOVSXBD   32(R8), Z1
+	VCVTDQ2PS   Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, 128(DI)
+	VPMOVSXBD   48(R8), Z1
+	VCVTDQ2PS   Z1, Z1
+	VMOVUPS     192(DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, 192(DI)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R9, R9
+	JZ    next
+
+one:
+	VPMOVSXBD   (R8), Z1
+	VCVTDQ2PS   Z1, Z1
+	VMOVUPS     (DI), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (DI)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000040, DI
+	DECQ        R9
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000004, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_4x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutI8_4x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	LEAQ         (R9)(CX*4), R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	MOVQ         SI, R12
+	ANDQ         $0x00000003, R12
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(CX*1)
+	PREFETCHT0  (R11)(CX*2)
+	PREFETCHT0  (R11)(R10*1)
+	VPMOVSXBD   (R9), Z8
+	VCVTDQ2PS   Z8, Z8
+	VPMOVSXBD   (R9)(CX*1), Z9
+	VCVTDQ2PS   Z9, Z9
+	VPMOVSXBD   (R9)(CX*2), Z10
+	VCVTDQ2PS   Z10, Z10
+	VPMOVSXBD   (R9)(R10*1), Z11
+	VCVTDQ2PS   Z11, Z11
+	VMOVUPS     (DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, (DI)
+	VMOVUPS     (DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, (DI)(R8*1)
+	VPMOVSXBD   16(R9), Z8
+	VCVTDQ2PS   Z8, Z8
+	VPMOVSXBD   16(R9)(CX*1), Z9
+	VCVTDQ2PS   Z9, Z9
+	VPMOVSXBD   16(R9)(CX*2), Z10
+	VCVTDQ2PS   Z10, Z10
+	VPMOVSXBD   16(R9)(R10*1), Z11
+	VCVTDQ2PS   Z11, Z11
+	VMOVUPS     64(DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, 64(DI)(R8*1)
+	VPMOVSXBD   32(R9), Z8
+	VCVTDQ2PS   Z8, Z8
+	VPMOVSXBD   32(R9)(CX*1), Z9
+	VCVTDQ2PS   Z9, Z9
+	VPMOVSXBD   32(R9)(CX*2), Z10
+	VCVTDQ2PS   Z10, Z10
+	VPMOVSXBD   32(R9)(R10*1), Z11
+	VCVTDQ2PS   Z11, Z11
+	VMOVUPS     128(DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, 128(DI)(R8*1)
+	VPMOVSXBD   48(R9), Z8
+	VCVTDQ2PS   Z8, Z8
+	VPMOVSXBD   48(R9)(CX*1), Z9
+	VCVTDQ2PS   Z9, Z9
+	VPMOVSXBD   48(R9)(CX*2), Z10
+	VCVTDQ2PS   Z10, Z10
+	VPMOVSXBD   48(R9)(R10*1), Z11
+	VCVTDQ2PS   Z11, Z11
+	VMOVUPS     192(DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, 192(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVSXBD   (R9), Z8
+	VCVTDQ2PS   Z8, Z8
+	VPMOVSXBD   (R9)(CX*1), Z9
+	VCVTDQ2PS   Z9, Z9
+	VPMOVSXBD   (R9)(CX*2), Z10
+	VCVTDQ2PS   Z10, Z10
+	VPMOVSXBD   (R9)(R10*1), Z11
+	VCVTDQ2PS   Z11, Z11
+	VMOVUPS     (DI), Z12
+	VFMADD231PS Z8, Z0, Z12
+	VFMADD231PS Z9, Z1, Z12
+	VFMADD231PS Z10, Z2, Z12
+	VFMADD231PS Z11, Z3, Z12
+	VMOVUPS     Z12, (DI)
+	VMOVUPS     (DI)(R8*1), Z12
+	VFMADD231PS Z8, Z4, Z12
+	VFMADD231PS Z9, Z5, Z12
+	VFMADD231PS Z10, Z6, Z12
+	VFMADD231PS Z11, Z7, Z12
+	VMOVUPS     Z12, (DI)(R8*1)
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R11
+	ADDQ        $0x00000040, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000020, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_1x2_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·inoutI8_1x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	MOVQ         SI, R10
+	ANDQ         $0x00000003, R10
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	PREFETCHT0  (R9)(CX*1)
+	VPMOVSXBD   (R9), Z2
+	VCVTDQ2PS   Z2, Z2
+	VMOVUPS     (DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, (DI)
+	VMOVUPS     (DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, (DI)(R8*1)
+	VPMOVSXBD   16(R9), Z2
+	VCVTDQ2PS   Z2, Z2
+	VMOVUPS     64(DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, 64(DI)(R8*1)
+	VPMOVSXBD   32(R9), Z2
+	VCVTDQ2PS   Z2, Z2
+	VMOVUPS     128(DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, 128(DI)(R8*1)
+	VPMOVSXBD   48(R9), Z2
+	VCVTDQ2PS   Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, 192(DI)(R8*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VPMOVSXBD   (R9), Z2
+	VCVTDQ2PS   Z2, Z2
+	VMOVUPS     (DI), Z3
+	VFMADD231PS Z2, Z0, Z3
+	VMOVUPS     Z3, (DI)
+	VMOVUPS     (DI)(R8*1), Z3
+	VFMADD231PS Z2, Z1, Z3
+	VMOVUPS     Z3, (DI)(R8*1)
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000008, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_4x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutI8_4x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	LEAQ         (CX)(CX*2), R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	MOVQ         SI, R11
+	ANDQ         $0x00000003, R11
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	VPMOVSXBD   (R9), Z12
+	VCVTDQ2PS   Z12, Z12
+	VPMOVSXBD   (R9)(CX*1), Z13
+	VCVTDQ2PS   Z13, Z13
+	VPMOVSXBD   (R9)(CX*2), Z14
+	VCVTDQ2PS   Z14, Z14
+	VPMOVSXBD   (R9)(R10*1), Z15
+	VCVTDQ2PS   Z15, Z15
+	VMOVUPS     (DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, (DI)
+	VMOVUPS     (DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, (DI)(R8*2)
+	VPMOVSXBD   16(R9), Z12
+	VCVTDQ2PS   Z12, Z12
+	VPMOVSXBD   16(R9)(CX*1), Z13
+	VCVTDQ2PS   Z13, Z13
+	VPMOVSXBD   16(R9)(CX*2), Z14
+	VCVTDQ2PS   Z14, Z14
+	VPMOVSXBD   16(R9)(R10*1), Z15
+	VCVTDQ2PS   Z15, Z15
+	VMOVUPS     64(DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, 64(DI)(R8*2)
+	VPMOVSXBD   32(R9), Z12
+	VCVTDQ2PS   Z12, Z12
+	VPMOVSXBD   32(R9)(CX*1), Z13
+	VCVTDQ2PS   Z13, Z13
+	VPMOVSXBD   32(R9)(CX*2), Z14
+	VCVTDQ2PS   Z14, Z14
+	VPMOVSXBD   32(R9)(R10*1), Z15
+	VCVTDQ2PS   Z15, Z15
+	VMOVUPS     128(DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, 128(DI)(R8*1)
+	VMOVUPS     128(DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, 128(DI)(R8*2)
+	VPMOVSXBD   48(R9), Z12
+	VCVTDQ2PS   Z12, Z12
+	VPMOVSXBD   48(R9)(CX*1), Z13
+	VCVTDQ2PS   Z13, Z13
+	VPMOVSXBD   48(R9)(CX*2), Z14
+	VCVTDQ2PS   Z14, Z14
+	VPMOVSXBD   48(R9)(R10*1), Z15
+	VCVTDQ2PS   Z15, Z15
+	VMOVUPS     192(DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, 192(DI)(R8*1)
+	VMOVUPS     192(DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, 192(DI)(R8*2)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VPMOVSXBD   (R9), Z12
+	VCVTDQ2PS   Z12, Z12
+	VPMOVSXBD   (R9)(CX*1), Z13
+	VCVTDQ2PS   Z13, Z13
+	VPMOVSXBD   (R9)(CX*2), Z14
+	VCVTDQ2PS   Z14, Z14
+	VPMOVSXBD   (R9)(R10*1), Z15
+	VCVTDQ2PS   Z15, Z15
+	VMOVUPS     (DI), Z16
+	VFMADD231PS Z12, Z0, Z16
+	VFMADD231PS Z13, Z1, Z16
+	VFMADD231PS Z14, Z2, Z16
+	VFMADD231PS Z15, Z3, Z16
+	VMOVUPS     Z16, (DI)
+	VMOVUPS     (DI)(R8*1), Z16
+	VFMADD231PS Z12, Z4, Z16
+	VFMADD231PS Z13, Z5, Z16
+	VFMADD231PS Z14, Z6, Z16
+	VFMADD231PS Z15, Z7, Z16
+	VMOVUPS     Z16, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z16
+	VFMADD231PS Z12, Z8, Z16
+	VFMADD231PS Z13, Z9, Z16
+	VFMADD231PS Z14, Z10, Z16
+	VFMADD231PS Z15, Z11, Z16
+	VMOVUPS     Z16, (DI)(R8*2)
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000030, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_1x3_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutI8_1x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	MOVQ         AX, R9
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	MOVQ         SI, R10
+	ANDQ         $0x00000003, R10
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	VPMOVSXBD   (R9), Z3
+	VCVTDQ2PS   Z3, Z3
+	VMOVUPS     (DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, (DI)
+	VMOVUPS     (DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (DI)(R8*2)
+	VPMOVSXBD   16(R9), Z3
+	VCVTDQ2PS   Z3, Z3
+	VMOVUPS     64(DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, 64(DI)(R8*2)
+	VPMOVSXBD   32(R9), Z3
+	VCVTDQ2PS   Z3, Z3
+	VMOVUPS     128(DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, 128(DI)(R8*1)
+	VMOVUPS     128(DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, 128(DI)(R8*2)
+	VPMOVSXBD   48(R9), Z3
+	VCVTDQ2PS   Z3, Z3
+	VMOVUPS     192(DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, 192(DI)(R8*1)
+	VMOVUPS     192(DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, 192(DI)(R8*2)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R10, R10
+	JZ    next
+
+one:
+	VPMOVSXBD   (R9), Z3
+	VCVTDQ2PS   Z3, Z3
+	VMOVUPS     (DI), Z4
+	VFMADD231PS Z3, Z0, Z4
+	VMOVUPS     Z4, (DI)
+	VMOVUPS     (DI)(R8*1), Z4
+	VFMADD231PS Z3, Z1, Z4
+	VMOVUPS     Z4, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z4
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (DI)(R8*2)
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000040, DI
+	DECQ        R10
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x0000000c, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_4x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutI8_4x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         AX, R10
+	LEAQ         (CX)(CX*2), R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	MOVQ         SI, R12
+	ANDQ         $0x00000003, R12
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	VPMOVSXBD   (R10), Z16
+	VCVTDQ2PS   Z16, Z16
+	VPMOVSXBD   (R10)(CX*1), Z17
+	VCVTDQ2PS   Z17, Z17
+	VPMOVSXBD   (R10)(CX*2), Z18
+	VCVTDQ2PS   Z18, Z18
+	VPMOVSXBD   (R10)(R11*1), Z19
+	VCVTDQ2PS   Z19, Z19
+	VMOVUPS     (DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, (DI)(R9*1)
+	VPMOVSXBD   16(R10), Z16
+	VCVTDQ2PS   Z16, Z16
+	VPMOVSXBD   16(R10)(CX*1), Z17
+	VCVTDQ2PS   Z17, Z17
+	VPMOVSXBD   16(R10)(CX*2), Z18
+	VCVTDQ2PS   Z18, Z18
+	VPMOVSXBD   16(R10)(R11*1), Z19
+	VCVTDQ2PS   Z19, Z19
+	VMOVUPS     64(DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, 64(DI)(R9*1)
+	VPMOVSXBD   32(R10), Z16
+	VCVTDQ2PS   Z16, Z16
+	VPMOVSXBD   32(R10)(CX*1), Z17
+	VCVTDQ2PS   Z17, Z17
+	VPMOVSXBD   32(R10)(CX*2), Z18
+	VCVTDQ2PS   Z18, Z18
+	VPMOVSXBD   32(R10)(R11*1), Z19
+	VCVTDQ2PS   Z19, Z19
+	VMOVUPS     128(DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, 128(DI)(R8*1)
+	VMOVUPS     128(DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, 128(DI)(R8*2)
+	VMOVUPS     128(DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, 128(DI)(R9*1)
+	VPMOVSXBD   48(R10), Z16
+	VCVTDQ2PS   Z16, Z16
+	VPMOVSXBD   48(R10)(CX*1), Z17
+	VCVTDQ2PS   Z17, Z17
+	VPMOVSXBD   48(R10)(CX*2), Z18
+	VCVTDQ2PS   Z18, Z18
+	VPMOVSXBD   48(R10)(R11*1), Z19
+	VCVTDQ2PS   Z19, Z19
+	VMOVUPS     192(DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, 192(DI)(R8*1)
+	VMOVUPS     192(DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, 192(DI)(R8*2)
+	VMOVUPS     192(DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, 192(DI)(R9*1)
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVSXBD   (R10), Z16
+	VCVTDQ2PS   Z16, Z16
+	VPMOVSXBD   (R10)(CX*1), Z17
+	VCVTDQ2PS   Z17, Z17
+	VPMOVSXBD   (R10)(CX*2), Z18
+	VCVTDQ2PS   Z18, Z18
+	VPMOVSXBD   (R10)(R11*1), Z19
+	VCVTDQ2PS   Z19, Z19
+	VMOVUPS     (DI), Z20
+	VFMADD231PS Z16, Z0, Z20
+	VFMADD231PS Z17, Z1, Z20
+	VFMADD231PS Z18, Z2, Z20
+	VFMADD231PS Z19, Z3, Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(R8*1), Z20
+	VFMADD231PS Z16, Z4, Z20
+	VFMADD231PS Z17, Z5, Z20
+	VFMADD231PS Z18, Z6, Z20
+	VFMADD231PS Z19, Z7, Z20
+	VMOVUPS     Z20, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z20
+	VFMADD231PS Z16, Z8, Z20
+	VFMADD231PS Z17, Z9, Z20
+	VFMADD231PS Z18, Z10, Z20
+	VFMADD231PS Z19, Z11, Z20
+	VMOVUPS     Z20, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z20
+	VFMADD231PS Z16, Z12, Z20
+	VFMADD231PS Z17, Z13, Z20
+	VFMADD231PS Z18, Z14, Z20
+	VFMADD231PS Z19, Z15, Z20
+	VMOVUPS     Z20, (DI)(R9*1)
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R12
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000040, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_1x4_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutI8_1x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         AX, R10
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	MOVQ         SI, R11
+	ANDQ         $0x00000003, R11
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	VPMOVSXBD   (R10), Z4
+	VCVTDQ2PS   Z4, Z4
+	VMOVUPS     (DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, (DI)
+	VMOVUPS     (DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, (DI)(R9*1)
+	VPMOVSXBD   16(R10), Z4
+	VCVTDQ2PS   Z4, Z4
+	VMOVUPS     64(DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, 64(DI)(R9*1)
+	VPMOVSXBD   32(R10), Z4
+	VCVTDQ2PS   Z4, Z4
+	VMOVUPS     128(DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, 128(DI)(R8*1)
+	VMOVUPS     128(DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, 128(DI)(R8*2)
+	VMOVUPS     128(DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, 128(DI)(R9*1)
+	VPMOVSXBD   48(R10), Z4
+	VCVTDQ2PS   Z4, Z4
+	VMOVUPS     192(DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, 192(DI)(R8*1)
+	VMOVUPS     192(DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, 192(DI)(R8*2)
+	VMOVUPS     192(DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, 192(DI)(R9*1)
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000100, DI
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R11, R11
+	JZ    next
+
+one:
+	VPMOVSXBD   (R10), Z4
+	VCVTDQ2PS   Z4, Z4
+	VMOVUPS     (DI), Z5
+	VFMADD231PS Z4, Z0, Z5
+	VMOVUPS     Z5, (DI)
+	VMOVUPS     (DI)(R8*1), Z5
+	VFMADD231PS Z4, Z1, Z5
+	VMOVUPS     Z5, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z5
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z5, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z5
+	VFMADD231PS Z4, Z3, Z5
+	VMOVUPS     Z5, (DI)(R9*1)
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000010, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_4x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutI8_4x5_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	LEAQ         (CX)(CX*2), R12
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	VBROADCASTSS 64(DX), Z16
+	VBROADCASTSS 68(DX), Z17
+	VBROADCASTSS 72(DX), Z18
+	VBROADCASTSS 76(DX), Z19
+	MOVQ         SI, R13
+	ANDQ         $0x00000003, R13
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	VPMOVSXBD   (R11), Z20
+	VCVTDQ2PS   Z20, Z20
+	VPMOVSXBD   (R11)(CX*1), Z21
+	VCVTDQ2PS   Z21, Z21
+	VPMOVSXBD   (R11)(CX*2), Z22
+	VCVTDQ2PS   Z22, Z22
+	VPMOVSXBD   (R11)(R12*1), Z23
+	VCVTDQ2PS   Z23, Z23
+	VMOVUPS     (DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, (DI)
+	VMOVUPS     (DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, (DI)(R9*1)
+	VMOVUPS     (R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, (R10)
+	VPMOVSXBD   16(R11), Z20
+	VCVTDQ2PS   Z20, Z20
+	VPMOVSXBD   16(R11)(CX*1), Z21
+	VCVTDQ2PS   Z21, Z21
+	VPMOVSXBD   16(R11)(CX*2), Z22
+	VCVTDQ2PS   Z22, Z22
+	VPMOVSXBD   16(R11)(R12*1), Z23
+	VCVTDQ2PS   Z23, Z23
+	VMOVUPS     64(DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, 64(R10)
+	VPMOVSXBD   32(R11), Z20
+	VCVTDQ2PS   Z20, Z20
+	VPMOVSXBD   32(R11)(CX*1), Z21
+	VCVTDQ2PS   Z21, Z21
+	VPMOVSXBD   32(R11)(CX*2), Z22
+	VCVTDQ2PS   Z22, Z22
+	VPMOVSXBD   32(R11)(R12*1), Z23
+	VCVTDQ2PS   Z23, Z23
+	VMOVUPS     128(DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, 128(DI)(R8*1)
+	VMOVUPS     128(DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, 128(DI)(R8*2)
+	VMOVUPS     128(DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, 128(DI)(R9*1)
+	VMOVUPS     128(R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, 128(R10)
+	VPMOVSXBD   48(R11), Z20
+	VCVTDQ2PS   Z20, Z20
+	VPMOVSXBD   48(R11)(CX*1), Z21
+	VCVTDQ2PS   Z21, Z21
+	VPMOVSXBD   48(R11)(CX*2), Z22
+	VCVTDQ2PS   Z22, Z22
+	VPMOVSXBD   48(R11)(R12*1), Z23
+	VCVTDQ2PS   Z23, Z23
+	VMOVUPS     192(DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, 192(DI)(R8*1)
+	VMOVUPS     192(DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, 192(DI)(R8*2)
+	VMOVUPS     192(DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, 192(DI)(R9*1)
+	VMOVUPS     192(R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, 192(R10)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000100, DI
+	ADDQ        $0x00000100, R10
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R13, R13
+	JZ    next
+
+one:
+	VPMOVSXBD   (R11), Z20
+	VCVTDQ2PS   Z20, Z20
+	VPMOVSXBD   (R11)(CX*1), Z21
+	VCVTDQ2PS   Z21, Z21
+	VPMOVSXBD   (R11)(CX*2), Z22
+	VCVTDQ2PS   Z22, Z22
+	VPMOVSXBD   (R11)(R12*1), Z23
+	VCVTDQ2PS   Z23, Z23
+	VMOVUPS     (DI), Z24
+	VFMADD231PS Z20, Z0, Z24
+	VFMADD231PS Z21, Z1, Z24
+	VFMADD231PS Z22, Z2, Z24
+	VFMADD231PS Z23, Z3, Z24
+	VMOVUPS     Z24, (DI)
+	VMOVUPS     (DI)(R8*1), Z24
+	VFMADD231PS Z20, Z4, Z24
+	VFMADD231PS Z21, Z5, Z24
+	VFMADD231PS Z22, Z6, Z24
+	VFMADD231PS Z23, Z7, Z24
+	VMOVUPS     Z24, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z24
+	VFMADD231PS Z20, Z8, Z24
+	VFMADD231PS Z21, Z9, Z24
+	VFMADD231PS Z22, Z10, Z24
+	VFMADD231PS Z23, Z11, Z24
+	VMOVUPS     Z24, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z24
+	VFMADD231PS Z20, Z12, Z24
+	VFMADD231PS Z21, Z13, Z24
+	VFMADD231PS Z22, Z14, Z24
+	VFMADD231PS Z23, Z15, Z24
+	VMOVUPS     Z24, (DI)(R9*1)
+	VMOVUPS     (R10), Z24
+	VFMADD231PS Z20, Z16, Z24
+	VFMADD231PS Z21, Z17, Z24
+	VFMADD231PS Z22, Z18, Z24
+	VFMADD231PS Z23, Z19, Z24
+	VMOVUPS     Z24, (R10)
+	ADDQ        $0x00000010, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R13
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000050, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_1x5_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutI8_1x5_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	MOVQ         SI, R12
+	ANDQ         $0x00000003, R12
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	VPMOVSXBD   (R11), Z5
+	VCVTDQ2PS   Z5, Z5
+	VMOVUPS     (DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, (DI)
+	VMOVUPS     (DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, (DI)(R9*1)
+	VMOVUPS     (R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, (R10)
+	VPMOVSXBD   16(R11), Z5
+	VCVTDQ2PS   Z5, Z5
+	VMOVUPS     64(DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, 64(R10)
+	VPMOVSXBD   32(R11), Z5
+	VCVTDQ2PS   Z5, Z5
+	VMOVUPS     128(DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, 128(DI)(R8*1)
+	VMOVUPS     128(DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, 128(DI)(R8*2)
+	VMOVUPS     128(DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, 128(DI)(R9*1)
+	VMOVUPS     128(R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, 128(R10)
+	VPMOVSXBD   48(R11), Z5
+	VCVTDQ2PS   Z5, Z5
+	VMOVUPS     192(DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, 192(DI)(R8*1)
+	VMOVUPS     192(DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, 192(DI)(R8*2)
+	VMOVUPS     192(DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, 192(DI)(R9*1)
+	VMOVUPS     192(R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, 192(R10)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000100, DI
+	ADDQ        $0x00000100, R10
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVSXBD   (R11), Z5
+	VCVTDQ2PS   Z5, Z5
+	VMOVUPS     (DI), Z6
+	VFMADD231PS Z5, Z0, Z6
+	VMOVUPS     Z6, (DI)
+	VMOVUPS     (DI)(R8*1), Z6
+	VFMADD231PS Z5, Z1, Z6
+	VMOVUPS     Z6, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z6
+	VFMADD231PS Z5, Z2, Z6
+	VMOVUPS     Z6, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z6
+	VFMADD231PS Z5, Z3, Z6
+	VMOVUPS     Z6, (DI)(R9*1)
+	VMOVUPS     (R10), Z6
+	VFMADD231PS Z5, Z4, Z6
+	VMOVUPS     Z6, (R10)
+	ADDQ        $0x00000010, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R12
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000014, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_4x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutI8_4x6_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	LEAQ         (CX)(CX*2), R12
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	VBROADCASTSS 24(DX), Z6
+	VBROADCASTSS 28(DX), Z7
+	VBROADCASTSS 32(DX), Z8
+	VBROADCASTSS 36(DX), Z9
+	VBROADCASTSS 40(DX), Z10
+	VBROADCASTSS 44(DX), Z11
+	VBROADCASTSS 48(DX), Z12
+	VBROADCASTSS 52(DX), Z13
+	VBROADCASTSS 56(DX), Z14
+	VBROADCASTSS 60(DX), Z15
+	VBROADCASTSS 64(DX), Z16
+	VBROADCASTSS 68(DX), Z17
+	VBROADCASTSS 72(DX), Z18
+	VBROADCASTSS 76(DX), Z19
+	VBROADCASTSS 80(DX), Z20
+	VBROADCASTSS 84(DX), Z21
+	VBROADCASTSS 88(DX), Z22
+	VBROADCASTSS 92(DX), Z23
+	MOVQ         SI, R13
+	ANDQ         $0x00000003, R13
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	VPMOVSXBD   (R11), Z24
+	VCVTDQ2PS   Z24, Z24
+	VPMOVSXBD   (R11)(CX*1), Z25
+	VCVTDQ2PS   Z25, Z25
+	VPMOVSXBD   (R11)(CX*2), Z26
+	VCVTDQ2PS   Z26, Z26
+	VPMOVSXBD   (R11)(R12*1), Z27
+	VCVTDQ2PS   Z27, Z27
+	VMOVUPS     (DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, (DI)
+	VMOVUPS     (DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, (DI)(R9*1)
+	VMOVUPS     (R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, (R10)
+	VMOVUPS     (R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, (R10)(R8*1)
+	VPMOVSXBD   16(R11), Z24
+	VCVTDQ2PS   Z24, Z24
+	VPMOVSXBD   16(R11)(CX*1), Z25
+	VCVTDQ2PS   Z25, Z25
+	VPMOVSXBD   16(R11)(CX*2), Z26
+	VCVTDQ2PS   Z26, Z26
+	VPMOVSXBD   16(R11)(R12*1), Z27
+	VCVTDQ2PS   Z27, Z27
+	VMOVUPS     64(DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, 64(R10)
+	VMOVUPS     64(R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, 64(R10)(R8*1)
+	VPMOVSXBD   32(R11), Z24
+	VCVTDQ2PS   Z24, Z24
+	VPMOVSXBD   32(R11)(CX*1), Z25
+	VCVTDQ2PS   Z25, Z25
+	VPMOVSXBD   32(R11)(CX*2), Z26
+	VCVTDQ2PS   Z26, Z26
+	VPMOVSXBD   32(R11)(R12*1), Z27
+	VCVTDQ2PS   Z27, Z27
+	VMOVUPS     128(DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, 128(DI)(R8*1)
+	VMOVUPS     128(DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, 128(DI)(R8*2)
+	VMOVUPS     128(DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, 128(DI)(R9*1)
+	VMOVUPS     128(R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, 128(R10)
+	VMOVUPS     128(R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, 128(R10)(R8*1)
+	VPMOVSXBD   48(R11), Z24
+	VCVTDQ2PS   Z24, Z24
+	VPMOVSXBD   48(R11)(CX*1), Z25
+	VCVTDQ2PS   Z25, Z25
+	VPMOVSXBD   48(R11)(CX*2), Z26
+	VCVTDQ2PS   Z26, Z26
+	VPMOVSXBD   48(R11)(R12*1), Z27
+	VCVTDQ2PS   Z27, Z27
+	VMOVUPS     192(DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, 192(DI)(R8*1)
+	VMOVUPS     192(DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, 192(DI)(R8*2)
+	VMOVUPS     192(DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, 192(DI)(R9*1)
+	VMOVUPS     192(R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, 192(R10)
+	VMOVUPS     192(R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, 192(R10)(R8*1)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000100, DI
+	ADDQ        $0x00000100, R10
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R13, R13
+	JZ    next
+
+one:
+	VPMOVSXBD   (R11), Z24
+	VCVTDQ2PS   Z24, Z24
+	VPMOVSXBD   (R11)(CX*1), Z25
+	VCVTDQ2PS   Z25, Z25
+	VPMOVSXBD   (R11)(CX*2), Z26
+	VCVTDQ2PS   Z26, Z26
+	VPMOVSXBD   (R11)(R12*1), Z27
+	VCVTDQ2PS   Z27, Z27
+	VMOVUPS     (DI), Z28
+	VFMADD231PS Z24, Z0, Z28
+	VFMADD231PS Z25, Z1, Z28
+	VFMADD231PS Z26, Z2, Z28
+	VFMADD231PS Z27, Z3, Z28
+	VMOVUPS     Z28, (DI)
+	VMOVUPS     (DI)(R8*1), Z28
+	VFMADD231PS Z24, Z4, Z28
+	VFMADD231PS Z25, Z5, Z28
+	VFMADD231PS Z26, Z6, Z28
+	VFMADD231PS Z27, Z7, Z28
+	VMOVUPS     Z28, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z28
+	VFMADD231PS Z24, Z8, Z28
+	VFMADD231PS Z25, Z9, Z28
+	VFMADD231PS Z26, Z10, Z28
+	VFMADD231PS Z27, Z11, Z28
+	VMOVUPS     Z28, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z28
+	VFMADD231PS Z24, Z12, Z28
+	VFMADD231PS Z25, Z13, Z28
+	VFMADD231PS Z26, Z14, Z28
+	VFMADD231PS Z27, Z15, Z28
+	VMOVUPS     Z28, (DI)(R9*1)
+	VMOVUPS     (R10), Z28
+	VFMADD231PS Z24, Z16, Z28
+	VFMADD231PS Z25, Z17, Z28
+	VFMADD231PS Z26, Z18, Z28
+	VFMADD231PS Z27, Z19, Z28
+	VMOVUPS     Z28, (R10)
+	VMOVUPS     (R10)(R8*1), Z28
+	VFMADD231PS Z24, Z20, Z28
+	VFMADD231PS Z25, Z21, Z28
+	VFMADD231PS Z26, Z22, Z28
+	VFMADD231PS Z27, Z23, Z28
+	VMOVUPS     Z28, (R10)(R8*1)
+	ADDQ        $0x00000010, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R13
+	JNZ         one
+
+next:
+	LEAQ (AX)(CX*4), AX
+	ADDQ $0x00000060, DX
+	DECQ BX
+	JNZ  group
+
+done:
+	VZEROUPPER
+	RET
+
+// func inoutI8_1x6_AVX512(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)
+// Requires: AVX, AVX512F
+TEXT ·inoutI8_1x6_AVX512(SB), NOSPLIT, $0-56
+	MOVQ  w+16(FP), AX
+	MOVQ  ldw+24(FP), CX
+	MOVQ  xs+32(FP), DX
+	MOVQ  ng+48(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+group:
+	MOVQ         n+40(FP), SI
+	TESTQ        SI, SI
+	JZ           done
+	MOVQ         acc+0(FP), DI
+	MOVQ         lda+8(FP), R8
+	LEAQ         (R8)(R8*2), R9
+	LEAQ         (DI)(R8*4), R10
+	MOVQ         AX, R11
+	VBROADCASTSS (DX), Z0
+	VBROADCASTSS 4(DX), Z1
+	VBROADCASTSS 8(DX), Z2
+	VBROADCASTSS 12(DX), Z3
+	VBROADCASTSS 16(DX), Z4
+	VBROADCASTSS 20(DX), Z5
+	MOVQ         SI, R12
+	ANDQ         $0x00000003, R12
+	SHRQ         $0x02, SI
+	JZ           rest
+
+loop:
+	VPMOVSXBD   (R11), Z6
+	VCVTDQ2PS   Z6, Z6
+	VMOVUPS     (DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, (DI)
+	VMOVUPS     (DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, (DI)(R9*1)
+	VMOVUPS     (R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, (R10)
+	VMOVUPS     (R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, (R10)(R8*1)
+	VPMOVSXBD   16(R11), Z6
+	VCVTDQ2PS   Z6, Z6
+	VMOVUPS     64(DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, 64(DI)
+	VMOVUPS     64(DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, 64(DI)(R8*1)
+	VMOVUPS     64(DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, 64(DI)(R8*2)
+	VMOVUPS     64(DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, 64(DI)(R9*1)
+	VMOVUPS     64(R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, 64(R10)
+	VMOVUPS     64(R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, 64(R10)(R8*1)
+	VPMOVSXBD   32(R11), Z6
+	VCVTDQ2PS   Z6, Z6
+	VMOVUPS     128(DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, 128(DI)
+	VMOVUPS     128(DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, 128(DI)(R8*1)
+	VMOVUPS     128(DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, 128(DI)(R8*2)
+	VMOVUPS     128(DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, 128(DI)(R9*1)
+	VMOVUPS     128(R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, 128(R10)
+	VMOVUPS     128(R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, 128(R10)(R8*1)
+	VPMOVSXBD   48(R11), Z6
+	VCVTDQ2PS   Z6, Z6
+	VMOVUPS     192(DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, 192(DI)
+	VMOVUPS     192(DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, 192(DI)(R8*1)
+	VMOVUPS     192(DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, 192(DI)(R8*2)
+	VMOVUPS     192(DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, 192(DI)(R9*1)
+	VMOVUPS     192(R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, 192(R10)
+	VMOVUPS     192(R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, 192(R10)(R8*1)
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000100, DI
+	ADDQ        $0x00000100, R10
+	DECQ        SI
+	JNZ         loop
+
+rest:
+	TESTQ R12, R12
+	JZ    next
+
+one:
+	VPMOVSXBD   (R11), Z6
+	VCVTDQ2PS   Z6, Z6
+	VMOVUPS     (DI), Z7
+	VFMADD231PS Z6, Z0, Z7
+	VMOVUPS     Z7, (DI)
+	VMOVUPS     (DI)(R8*1), Z7
+	VFMADD231PS Z6, Z1, Z7
+	VMOVUPS     Z7, (DI)(R8*1)
+	VMOVUPS     (DI)(R8*2), Z7
+	VFMADD231PS Z6, Z2, Z7
+	VMOVUPS     Z7, (DI)(R8*2)
+	VMOVUPS     (DI)(R9*1), Z7
+	VFMADD231PS Z6, Z3, Z7
+	VMOVUPS     Z7, (DI)(R9*1)
+	VMOVUPS     (R10), Z7
+	VFMADD231PS Z6, Z4, Z7
+	VMOVUPS     Z7, (R10)
+	VMOVUPS     (R10)(R8*1), Z7
+	VFMADD231PS Z6, Z5, Z7
+	VMOVUPS     Z7, (R10)(R8*1)
+	ADDQ        $0x00000010, R11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R10
+	DECQ        R12
+	JNZ         one
+
+next:
+	ADDQ CX, AX
+	ADDQ $0x00000018, DX
+	DECQ BX
+	JNZ  group
 
 done:
 	VZEROUPPER
@@ -16959,3 +21200,28 @@ DATA AVX512_two<>+52(SB)/4, $0x40000000
 DATA AVX512_two<>+56(SB)/4, $0x40000000
 DATA AVX512_two<>+60(SB)/4, $0x40000000
 GLOBL AVX512_two<>(SB), RODATA|NOPTR, $64
+
+// func addScaled_AVX512(d *float32, sc *float32, a *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·addScaled_AVX512(SB), NOSPLIT, $0-32
+	MOVQ  d+0(FP), AX
+	MOVQ  sc+8(FP), CX
+	MOVQ  a+16(FP), DX
+	MOVQ  n+24(FP), BX
+	TESTQ BX, BX
+	JZ    done
+
+loop:
+	VMOVUPS (CX), Z0
+	VMULPS  (DX), Z0, Z0
+	VADDPS  (AX), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, DX
+	DECQ    BX
+	JNZ     loop
+
+done:
+	VZEROUPPER
+	RET

@@ -415,136 +415,136 @@ const (
 	k_inoutI8_1x6_AVX512
 )
 
-func (k inoutKernel) call(acc *float32, lda int, w *byte, ldw int, xs *float32, n int) {
+func (k inoutKernel) call(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int) {
 	switch k {
 	case k_inoutF32_4x1_AVX2:
-		inoutF32_4x1_AVX2(acc, lda, w, ldw, xs, n)
+		inoutF32_4x1_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_1x1_AVX2:
-		inoutF32_1x1_AVX2(acc, lda, w, ldw, xs, n)
+		inoutF32_1x1_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_4x2_AVX2:
-		inoutF32_4x2_AVX2(acc, lda, w, ldw, xs, n)
+		inoutF32_4x2_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_1x2_AVX2:
-		inoutF32_1x2_AVX2(acc, lda, w, ldw, xs, n)
+		inoutF32_1x2_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_4x1_AVX2:
-		inoutF16_4x1_AVX2(acc, lda, w, ldw, xs, n)
+		inoutF16_4x1_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_1x1_AVX2:
-		inoutF16_1x1_AVX2(acc, lda, w, ldw, xs, n)
+		inoutF16_1x1_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_4x2_AVX2:
-		inoutF16_4x2_AVX2(acc, lda, w, ldw, xs, n)
+		inoutF16_4x2_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_1x2_AVX2:
-		inoutF16_1x2_AVX2(acc, lda, w, ldw, xs, n)
+		inoutF16_1x2_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_4x1_AVX2:
-		inoutBF16_4x1_AVX2(acc, lda, w, ldw, xs, n)
+		inoutBF16_4x1_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_1x1_AVX2:
-		inoutBF16_1x1_AVX2(acc, lda, w, ldw, xs, n)
+		inoutBF16_1x1_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_4x2_AVX2:
-		inoutBF16_4x2_AVX2(acc, lda, w, ldw, xs, n)
+		inoutBF16_4x2_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_1x2_AVX2:
-		inoutBF16_1x2_AVX2(acc, lda, w, ldw, xs, n)
+		inoutBF16_1x2_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_4x1_AVX2:
-		inoutI8_4x1_AVX2(acc, lda, w, ldw, xs, n)
+		inoutI8_4x1_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_1x1_AVX2:
-		inoutI8_1x1_AVX2(acc, lda, w, ldw, xs, n)
+		inoutI8_1x1_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_4x2_AVX2:
-		inoutI8_4x2_AVX2(acc, lda, w, ldw, xs, n)
+		inoutI8_4x2_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_1x2_AVX2:
-		inoutI8_1x2_AVX2(acc, lda, w, ldw, xs, n)
+		inoutI8_1x2_AVX2(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_4x1_AVX512:
-		inoutF32_4x1_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_4x1_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_1x1_AVX512:
-		inoutF32_1x1_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_1x1_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_4x2_AVX512:
-		inoutF32_4x2_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_4x2_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_1x2_AVX512:
-		inoutF32_1x2_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_1x2_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_4x3_AVX512:
-		inoutF32_4x3_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_4x3_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_1x3_AVX512:
-		inoutF32_1x3_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_1x3_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_4x4_AVX512:
-		inoutF32_4x4_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_4x4_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_1x4_AVX512:
-		inoutF32_1x4_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_1x4_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_4x5_AVX512:
-		inoutF32_4x5_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_4x5_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_1x5_AVX512:
-		inoutF32_1x5_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_1x5_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_4x6_AVX512:
-		inoutF32_4x6_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_4x6_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF32_1x6_AVX512:
-		inoutF32_1x6_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF32_1x6_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_4x1_AVX512:
-		inoutF16_4x1_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_4x1_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_1x1_AVX512:
-		inoutF16_1x1_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_1x1_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_4x2_AVX512:
-		inoutF16_4x2_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_4x2_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_1x2_AVX512:
-		inoutF16_1x2_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_1x2_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_4x3_AVX512:
-		inoutF16_4x3_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_4x3_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_1x3_AVX512:
-		inoutF16_1x3_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_1x3_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_4x4_AVX512:
-		inoutF16_4x4_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_4x4_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_1x4_AVX512:
-		inoutF16_1x4_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_1x4_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_4x5_AVX512:
-		inoutF16_4x5_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_4x5_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_1x5_AVX512:
-		inoutF16_1x5_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_1x5_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_4x6_AVX512:
-		inoutF16_4x6_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_4x6_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutF16_1x6_AVX512:
-		inoutF16_1x6_AVX512(acc, lda, w, ldw, xs, n)
+		inoutF16_1x6_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_4x1_AVX512:
-		inoutBF16_4x1_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_4x1_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_1x1_AVX512:
-		inoutBF16_1x1_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_1x1_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_4x2_AVX512:
-		inoutBF16_4x2_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_4x2_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_1x2_AVX512:
-		inoutBF16_1x2_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_1x2_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_4x3_AVX512:
-		inoutBF16_4x3_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_4x3_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_1x3_AVX512:
-		inoutBF16_1x3_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_1x3_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_4x4_AVX512:
-		inoutBF16_4x4_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_4x4_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_1x4_AVX512:
-		inoutBF16_1x4_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_1x4_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_4x5_AVX512:
-		inoutBF16_4x5_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_4x5_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_1x5_AVX512:
-		inoutBF16_1x5_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_1x5_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_4x6_AVX512:
-		inoutBF16_4x6_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_4x6_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutBF16_1x6_AVX512:
-		inoutBF16_1x6_AVX512(acc, lda, w, ldw, xs, n)
+		inoutBF16_1x6_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_4x1_AVX512:
-		inoutI8_4x1_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_4x1_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_1x1_AVX512:
-		inoutI8_1x1_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_1x1_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_4x2_AVX512:
-		inoutI8_4x2_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_4x2_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_1x2_AVX512:
-		inoutI8_1x2_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_1x2_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_4x3_AVX512:
-		inoutI8_4x3_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_4x3_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_1x3_AVX512:
-		inoutI8_1x3_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_1x3_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_4x4_AVX512:
-		inoutI8_4x4_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_4x4_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_1x4_AVX512:
-		inoutI8_1x4_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_1x4_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_4x5_AVX512:
-		inoutI8_4x5_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_4x5_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_1x5_AVX512:
-		inoutI8_1x5_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_1x5_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_4x6_AVX512:
-		inoutI8_4x6_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_4x6_AVX512(acc, lda, w, ldw, xs, n, ng)
 	case k_inoutI8_1x6_AVX512:
-		inoutI8_1x6_AVX512(acc, lda, w, ldw, xs, n)
+		inoutI8_1x6_AVX512(acc, lda, w, ldw, xs, n, ng)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -647,6 +647,22 @@ func (k scaleKernel) call(x *float32, n int, s float32) {
 }
 
 const (
+	k_addScaled_AVX2 addScaledKernel = iota + 1
+	k_addScaled_AVX512
+)
+
+func (k addScaledKernel) call(d, sc, a *float32, n int) {
+	switch k {
+	case k_addScaled_AVX2:
+		addScaled_AVX2(d, sc, a, n)
+	case k_addScaled_AVX512:
+		addScaled_AVX512(d, sc, a, n)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
 	k_softcap_AVX2 softcapKernel = iota + 1
 	k_softcap_AVX512
 )
@@ -684,7 +700,7 @@ var inoutAVX2 = [...]inoutFamily{
 	wkI8:   {K: 4, T: 2, V: 8, full: []inoutKernel{k_inoutI8_4x1_AVX2, k_inoutI8_4x2_AVX2}, one: []inoutKernel{k_inoutI8_1x1_AVX2, k_inoutI8_1x2_AVX2}},
 }
 
-var vecAVX2 = vecKernels{axpy: k_axpy_AVX2, geluMul: k_geluMul_AVX2, max: k_max_AVX2, expSub: k_expSub_AVX2, scale: k_scale_AVX2, softcap: k_softcap_AVX2}
+var vecAVX2 = vecKernels{axpy: k_axpy_AVX2, geluMul: k_geluMul_AVX2, max: k_max_AVX2, expSub: k_expSub_AVX2, scale: k_scale_AVX2, softcap: k_softcap_AVX2, addScaled: k_addScaled_AVX2}
 
 const quantAVX512 = k_quantQ8_AVX512
 
@@ -708,4 +724,4 @@ var inoutAVX512 = [...]inoutFamily{
 	wkI8:   {K: 4, T: 6, V: 16, full: []inoutKernel{k_inoutI8_4x1_AVX512, k_inoutI8_4x2_AVX512, k_inoutI8_4x3_AVX512, k_inoutI8_4x4_AVX512, k_inoutI8_4x5_AVX512, k_inoutI8_4x6_AVX512}, one: []inoutKernel{k_inoutI8_1x1_AVX512, k_inoutI8_1x2_AVX512, k_inoutI8_1x3_AVX512, k_inoutI8_1x4_AVX512, k_inoutI8_1x5_AVX512, k_inoutI8_1x6_AVX512}},
 }
 
-var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512, softcap: k_softcap_AVX512}
+var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512, softcap: k_softcap_AVX512, addScaled: k_addScaled_AVX512}

@@ -105,29 +105,38 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, F int, ws *work
 	}
 	up := &ws.upJob
 	*up = expertUpTask{m: m, parts: parts}
-	ws.pool.Run(off, ws.align(m.Linear[0].W.InOut, rows, off), up)
-	*up = expertUpTask{}
-	if w1 := &m.Linear1[0].W; ws.sharded(w1, rows) {
-		// Decoding an xAI checkpoint: linear_1 by shard, then combined in
-		// the loop over D below.
-		S := w1.Shards
-		sp := ws.sparts[:0]
+	align := ws.align(m.Linear[0].W.InOut, rows, off)
+	if ws.blocked(&m.Linear[0].W, rows) {
+		// Decoding an xAI checkpoint: linear and linear_v by row blocks,
+		// combined (and the gelu product taken) in the loop over F.
 		for i := range parts {
-			c := len(parts[i].rows)
-			parts[i].shards = ws.expertShards(i, S, c*w1.Out)
-			sp = append(sp, &parts[i])
+			p := &parts[i]
+			w, v := &m.Linear[p.e].W, &m.LinearV[p.e].W
+			p.gateParts = ws.blockParts(2*i, w.Blocks(), len(p.rows)*w.Out)
+			p.upParts = ws.blockParts(2*i+1, v.Blocks(), len(p.rows)*v.Out)
+			ws.blockJob.add(w, p.xs, len(p.rows), p.gateParts)
+			ws.blockJob.add(v, p.xs, len(p.rows), p.upParts)
 		}
-		sh := &ws.eshardJob
-		*sh = expertShardTask{m: m, parts: sp, S: S}
-		ws.pool.Run(len(sp)*S, 1, sh)
-		*sh = expertShardTask{}
-		ws.sparts = sp[:0]
+		ws.runBlocks()
+		align = parallel.DefaultAlign
+	}
+	ws.pool.Run(off, align, up)
+	*up = expertUpTask{}
+	if ws.blocked(&m.Linear1[0].W, rows) {
+		// linear_1 by row blocks, combined in the loop over D below.
+		for i := range parts {
+			p := &parts[i]
+			w1 := &m.Linear1[p.e].W
+			p.downParts = ws.blockParts(i, w1.Blocks(), len(p.rows)*w1.Out)
+			ws.blockJob.add(w1, p.h1, len(p.rows), p.downParts)
+		}
+		ws.runBlocks()
 	}
 	down := &ws.downJob
 	*down = expertDownTask{m: m, parts: parts, dst: dst}
 	ws.pool.Run(m.Linear1[0].W.Out, parallel.DefaultAlign, down)
 	*down = expertDownTask{}
 	for i := range parts {
-		parts[i].shards = nil
+		parts[i].gateParts, parts[i].upParts, parts[i].downParts = nil, nil, nil
 	}
 }

@@ -24,6 +24,14 @@ import (
 // Ranges are aligned to parallel.DefaultAlign (16) outputs: one cache line
 // of each output row, a whole number of SIMD vectors.
 //
+// One exception: xAI's int8 matrices are stored [in, out], so a range of
+// outputs is a short run out of every weight row. Decode steps split them
+// by row blocks instead (kernels.Mat.Blocks: 256 input rows, contiguous in
+// memory): one loop computes every block's partial product, a second sums
+// the blocks of each output in block order. The order of the sums is fixed
+// by the blocks, not by the threads, so these logits too are the same bits
+// for any number of threads.
+//
 // Attention is split by (sequence, kv head, block of query tokens): a kv
 // head's keys and values are read by the thread that owns it, for its G
 // query heads. RoPE and the KV-memory write are split by token before it.
@@ -46,7 +54,8 @@ type matTask struct {
 	m     int // matrices in use
 	mats  [3]*kernels.Mat
 	dsts  [3][]float32
-	offs  [4]int // start of matrix j in the loop's index space; offs[m] = end
+	parts [3][][]float32 // if set, each matrix's row-block partials to combine
+	offs  [4]int         // start of matrix j in the loop's index space; offs[m] = end
 	x     []float32
 	n     int
 	scale float32 // if not 0, outputs are multiplied by it (the unembedding)
@@ -59,7 +68,11 @@ func (t *matTask) Run(_, lo, hi int) {
 			continue
 		}
 		a, b = a-t.offs[j], b-t.offs[j]
-		kernels.MatMulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b)
+		if t.parts[j] != nil {
+			kernels.CombineBlocks(t.dsts[j], t.parts[j], t.n, t.mats[j], a, b)
+		} else {
+			kernels.MatMulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b)
+		}
 		scaleRange(t.dsts[j], t.mats[j].Out, t.n, a, b, t.scale)
 	}
 }
@@ -76,23 +89,32 @@ func (ws *workspace) matmul(x []float32, n int, scale float32, mats []*Linear, d
 	t := &ws.matJob
 	t.m, t.x, t.n, t.scale = len(mats), x, n, scale
 	off := 0
+	blocked := true
 	for j, l := range mats {
 		t.mats[j], t.dsts[j], t.offs[j] = &l.W, dsts[j], off
 		off = alignUp(off + l.W.Out)
+		blocked = blocked && ws.blocked(&l.W, n)
 	}
 	t.offs[t.m] = off
-	if len(mats) == 1 && ws.sharded(&mats[0].W, n) {
-		ws.shardMatmul(&mats[0].W, x, n, scale, dsts[0])
-	} else {
-		ws.pool.Run(off, ws.align(mats[0].W.InOut, n, off), t)
+	align := ws.align(mats[0].W.InOut, n, off)
+	if blocked {
+		// Block partials first, then the loop over outputs combines them.
+		bt := &ws.blockJob
+		for j := range mats {
+			t.parts[j] = ws.blockParts(j, t.mats[j].Blocks(), n*t.mats[j].Out)
+			bt.add(t.mats[j], x, n, t.parts[j])
+		}
+		ws.runBlocks()
+		align = parallel.DefaultAlign
 	}
+	ws.pool.Run(off, align, t)
 	*t = matTask{} // keep no references to the call's data
 }
 
-// maxShardRows is the most rows a product is split by scale shard rather
-// than by output: decode steps (of up to 16 sequences). Prefill, with many
+// maxBlockRows is the most rows a product runs block by block rather than
+// split by output: decode steps (of up to 16 sequences). Prefill, with many
 // rows, is bound by arithmetic, not by how the weights stream.
-const maxShardRows = 16
+const maxBlockRows = 16
 
 // align returns the range alignment of a loop over out outputs of n rows.
 // It is parallel.DefaultAlign, except for [in, out] matrices in decoding:
@@ -101,74 +123,86 @@ const maxShardRows = 16
 // the loop spans several (two experts, two threads: one expert each,
 // streamed front to back).
 func (ws *workspace) align(inOut bool, n, out int) int {
-	if !inOut || n > maxShardRows {
+	if !inOut || n > maxBlockRows {
 		return parallel.DefaultAlign
 	}
 	th := ws.pool.Threads()
 	return alignUp((out + th - 1) / th)
 }
 
-// sharded reports whether the product of n rows with m runs shard by shard
-// (kernels.MatMulShard): int8 [in, out] matrices with several scale shards
-// (the row-parallel layers of an xAI checkpoint), in decoding, on a pool
-// of 2 to S threads. With more threads than shards the shard loop would
-// leave threads idle, so the product keeps the split by outputs.
-func (ws *workspace) sharded(m *kernels.Mat, n int) bool {
+// blocked reports whether the product of n rows with m runs row block by
+// row block (kernels.MatMulBlock): int8 [in, out] matrices (xAI's layout)
+// in decoding, on a pool of 2 to B threads, B the matrix's blocks. Each
+// thread then streams whole blocks, contiguous runs of weights, where a
+// range of outputs would be a short run out of every row; with more
+// threads than blocks some would be idle, so the product keeps the split
+// by outputs.
+func (ws *workspace) blocked(m *kernels.Mat, n int) bool {
 	th := ws.pool.Threads()
-	return m.ShardParts() > 0 && n <= maxShardRows && th > 1 && th <= m.Shards
+	return m.Blocks() > 1 && n <= maxBlockRows && th > 1 && th <= m.Blocks()
 }
 
-// shardParts returns the workspace's buffers for S partial products of
-// size each, growing them if needed.
-func (ws *workspace) shardParts(S, size int) [][]float32 {
-	for len(ws.parts8) < S {
-		ws.parts8 = append(ws.parts8, nil)
+// blockParts returns slot i's buffers for B block partials of size each,
+// growing them if needed. A product's partials live until its combining
+// loop has run; the MoE's slots 2i and 2i+1 (the up products of the
+// group's i-th expert) are reused for its linear_1 (slot i) only after.
+func (ws *workspace) blockParts(i, B, size int) [][]float32 {
+	for len(ws.bparts) <= i {
+		ws.bparts = append(ws.bparts, nil)
 	}
-	for s := 0; s < S; s++ {
-		if cap(ws.parts8[s]) < size {
-			ws.parts8[s] = make([]float32, size)
+	for len(ws.bparts[i]) < B {
+		ws.bparts[i] = append(ws.bparts[i], nil)
+	}
+	b := ws.bparts[i][:B]
+	for s := range b {
+		if cap(b[s]) < size {
+			b[s] = make([]float32, size)
 		}
-		ws.parts8[s] = ws.parts8[s][:size]
+		b[s] = b[s][:size]
 	}
-	return ws.parts8[:S]
+	return b
 }
 
-// shardMatmul computes dst = x·W (times scale unless 0) in two loops: the
-// shards' partial products, one thread a shard, then the scaled sum over
-// ranges of outputs (kernels.CombineShards: MatMulRows' bits).
-func (ws *workspace) shardMatmul(m *kernels.Mat, x []float32, n int, scale float32, dst []float32) {
-	parts := ws.shardParts(m.Shards, n*m.Out)
-	t := &ws.shardJob
-	*t = shardTask{m: m, x: x, n: n, parts: parts, dst: dst, scale: scale}
-	ws.pool.Run(m.Shards, 1, (*shardPartTask)(t))
-	ws.pool.Run(m.Out, parallel.DefaultAlign, (*shardCombineTask)(t))
-	*t = shardTask{}
+// runBlocks computes the partials of every product added to ws.blockJob,
+// one loop over all their blocks, and empties it.
+func (ws *workspace) runBlocks() {
+	t := &ws.blockJob
+	ws.pool.Run(t.units, 1, t)
+	clear(t.prods)
+	t.prods, t.units = t.prods[:0], 0
 }
 
-// shardTask is a sharded product; its two loops are the two task types
-// below.
-type shardTask struct {
+// blockTask computes row-block partial products (kernels.MatMulBlock) of
+// several products as one loop over their blocks laid end to end.
+type blockTask struct {
+	prods []blockProd
+	units int // blocks of all prods
+}
+
+// blockProd is one product of a blockTask: the partials of x (n rows)
+// times m.
+type blockProd struct {
 	m     *kernels.Mat
 	x     []float32
 	n     int
 	parts [][]float32
-	dst   []float32
-	scale float32
 }
 
-type shardPartTask shardTask
+func (t *blockTask) add(m *kernels.Mat, x []float32, n int, parts [][]float32) {
+	t.prods = append(t.prods, blockProd{m: m, x: x, n: n, parts: parts})
+	t.units += m.Blocks()
+}
 
-func (t *shardPartTask) Run(_, lo, hi int) {
-	for s := lo; s < hi; s++ {
-		kernels.MatMulShard(t.parts[s], t.x, t.n, t.m, s)
+func (t *blockTask) Run(_, lo, hi int) {
+	j, base := 0, 0
+	for u := lo; u < hi; u++ {
+		for u-base >= t.prods[j].m.Blocks() {
+			base += t.prods[j].m.Blocks()
+			j++
+		}
+		p := &t.prods[j]
+		kernels.MatMulBlock(p.parts[u-base], p.x, p.n, p.m, u-base)
 	}
-}
-
-type shardCombineTask shardTask
-
-func (t *shardCombineTask) Run(_, lo, hi int) {
-	kernels.CombineShards(t.dst, t.parts, t.n, t.m, lo, hi)
-	scaleRange(t.dst, t.m.Out, t.n, lo, hi, t.scale)
 }
 
 // scaleRange multiplies outputs [lo, hi) of n rows of out by s, unless s
@@ -220,28 +254,14 @@ func (ws *workspace) ffn(y, x []float32, n int, w, v, w1 *Linear, h1, h2 []float
 // gathered, and its buffers for them.
 type expertPart struct {
 	e      int
-	rows   []int       // the row of x and dst of each gathered row
-	gates  []float32   // the router's probability for each
-	xs, y  []float32   // c×D: gathered inputs, linear_1 outputs
-	h1, h2 []float32   // c×F
-	off    int         // start of the expert's hidden units in expertUpTask's index space
-	shards [][]float32 // linear_1's shard partials when it runs by shard (decoding xAI int8)
-}
-
-// expertShardTask computes the shard partials of the experts' linear_1 that
-// run by shard: unit u is shard u % S of the group's u / S-th such expert.
-type expertShardTask struct {
-	m     *MoELayer
-	parts []*expertPart
-	S     int
-}
-
-func (t *expertShardTask) Run(_, lo, hi int) {
-	for u := lo; u < hi; u++ {
-		p := t.parts[u/t.S]
-		s := u % t.S
-		kernels.MatMulShard(p.shards[s], p.h1, len(p.rows), &t.m.Linear1[p.e].W, s)
-	}
+	rows   []int     // the row of x and dst of each gathered row
+	gates  []float32 // the router's probability for each
+	xs, y  []float32 // c×D: gathered inputs, linear_1 outputs
+	h1, h2 []float32 // c×F
+	off    int       // start of the expert's hidden units in expertUpTask's index space
+	// Row-block partials of linear, linear_v and linear_1 when they run by
+	// blocks (decoding xAI int8), else nil.
+	gateParts, upParts, downParts [][]float32
 }
 
 // expertUpTask is the first half of every expert of a group as one loop:
@@ -263,8 +283,13 @@ func (t *expertUpTask) Run(_, lo, hi int) {
 		}
 		a, b = a-p.off, b-p.off
 		c := len(p.rows)
-		kernels.MatMulRows(p.h1, p.xs, c, w, a, b)
-		kernels.MatMulRows(p.h2, p.xs, c, &t.m.LinearV[p.e].W, a, b)
+		if p.gateParts != nil {
+			kernels.CombineBlocks(p.h1, p.gateParts, c, w, a, b)
+			kernels.CombineBlocks(p.h2, p.upParts, c, &t.m.LinearV[p.e].W, a, b)
+		} else {
+			kernels.MatMulRows(p.h1, p.xs, c, w, a, b)
+			kernels.MatMulRows(p.h2, p.xs, c, &t.m.LinearV[p.e].W, a, b)
+		}
 		for r := 0; r < c; r++ {
 			h := p.h1[r*F+a : r*F+b]
 			kernels.GeluMul(h, h, p.h2[r*F+a:r*F+b])
@@ -287,8 +312,8 @@ func (t *expertDownTask) Run(_, lo, hi int) {
 		p := &t.parts[i]
 		w := &t.m.Linear1[p.e].W
 		D := w.Out
-		if p.shards != nil {
-			kernels.CombineShards(p.y, p.shards, len(p.rows), w, lo, hi)
+		if p.downParts != nil {
+			kernels.CombineBlocks(p.y, p.downParts, len(p.rows), w, lo, hi)
 		} else {
 			kernels.MatMulRows(p.y, p.h1, len(p.rows), w, lo, hi)
 		}

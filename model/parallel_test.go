@@ -22,6 +22,15 @@ func midConfig() model.Config {
 	return c
 }
 
+// wideConfig has int8 [in, out] matrices of several row blocks
+// (kernels.BlockRows): q, k, v, linear and linear_v of 544 rows (blocks of
+// 256, 256, 32), linear_1 of 4 shards of 300 rows (two blocks each).
+func wideConfig() model.Config {
+	c := midConfig()
+	c.EmbSize, c.FFNSize = 544, 1200
+	return c
+}
+
 // script runs a fixed mix of calls — a ragged prefill with pads, then
 // batched single-token steps, then a chunk — and returns every logit.
 func script(t *testing.T, lm *model.LanguageModel, seed uint64) []float32 {
@@ -68,9 +77,12 @@ func TestLogitsIndependentOfThreads(t *testing.T) {
 		{"mid-q8_0", midConfig(), tensor.Q8_0},
 		{"mid-f16", midConfig(), tensor.F16},
 		// xAI int8 in Haiku's [in, out] layout: one and five threads compute
-		// its row-parallel layers (4 shards) by output ranges, two and three
-		// by shard.
+		// its row-parallel layers (4 shards, a block each) by output ranges,
+		// two and three by block.
 		{"mid-xai-int8", midConfig(), tensor.I8},
+		// Several blocks a matrix: two and three threads decode every
+		// matrix by blocks, five only linear_1 (8 blocks).
+		{"wide-xai-int8", wideConfig(), tensor.I8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := testmodel.Random(tc.c, 31)
@@ -140,10 +152,15 @@ func TestDecodeStepDoesNotAllocate(t *testing.T) {
 	f32 := testmodel.Random(midConfig(), 3)
 	for _, src := range []struct {
 		name string
+		c    model.Config
 		src  testmodel.Source
-	}{{"f32", f32}, {"xai-int8", xaiInt8(f32)}} {
+	}{
+		{"f32", midConfig(), f32},
+		{"xai-int8", midConfig(), xaiInt8(f32)},
+		{"xai-int8-wide", wideConfig(), xaiInt8(testmodel.Random(wideConfig(), 3))},
+	} {
 		for _, threads := range []int{1, 2, 3} {
-			lm := mustModel(t, midConfig(), src.src)
+			lm := mustModel(t, src.c, src.src)
 			p := parallel.New(threads)
 			lm.Pool = p
 			step := decodeSetup(t, lm, 8, 40)

@@ -38,13 +38,10 @@ type workspace struct {
 	upJob   expertUpTask
 	downJob expertDownTask
 
-	// Shard-by-shard products (decoding int8 [in, out] row-parallel
-	// layers): partial products and their loop bodies.
-	shardJob   shardTask
-	parts8     [][]float32   // ws.matmul's shard partials
-	eshards    [][][]float32 // per expert of a group: linear_1's shard partials
-	sparts     []*expertPart
-	eshardJob  expertShardTask
+	// Products by row blocks (decoding int8 [in, out] layers): the
+	// partials' buffers, by slot, and the loop computing them.
+	bparts     [][][]float32
+	blockJob   blockTask
 	ropeTabJob ropeTableTask
 	ropeJob    ropeTask
 	attnJob    attnTask
@@ -80,25 +77,6 @@ func (w *workspace) ensure(c *Config, N, S, threads int) {
 		w.scores = make([]float32, threads*c.NumQHeads/max(c.NumKVHeads, 1)*w.capS)
 		w.threads = threads
 	}
-}
-
-// expertShards returns the i-th expert's buffers for S shard partials of
-// size each, growing them if needed.
-func (w *workspace) expertShards(i, S, size int) [][]float32 {
-	for len(w.eshards) <= i {
-		w.eshards = append(w.eshards, nil)
-	}
-	for len(w.eshards[i]) < S {
-		w.eshards[i] = append(w.eshards[i], nil)
-	}
-	b := w.eshards[i][:S]
-	for s := range b {
-		if cap(b[s]) < size {
-			b[s] = make([]float32, size)
-		}
-		b[s] = b[s][:size]
-	}
-	return b
 }
 
 // maxExpertRows bounds the rows the MoE's buffers hold beyond N.

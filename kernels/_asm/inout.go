@@ -29,15 +29,31 @@ func inoutName(a arch, k wkind, K, T int) string {
 
 func genInOut(a arch, k wkind, K, T int) {
 	name := inoutName(a, k, K, T)
-	TEXT(name, NOSPLIT, "func(acc *float32, lda int, w *byte, ldw int, xs *float32, n int)")
+	TEXT(name, NOSPLIT, "func(acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes acc[t][c] += Σ_k xs[t·%d+k]·W[k][c] for %d %s weight rows (stride ldw bytes), %d accumulator rows (stride lda bytes) and n·%d columns.",
-		name, K, K, k, T, a.V))
-	acc := newStrided(Load(Param("acc"), GP64()), Load(Param("lda"), GP64()), T)
-	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(K, T))
+	Doc(fmt.Sprintf("%s computes acc[t][c] += Σ_k xs[t·%d+k]·W[k][c] for ng groups of %d %s weight rows (stride ldw bytes), %d accumulator rows (stride lda bytes) and n·%d columns; each group starts %d rows further on, with the next %d values of xs.",
+		name, K, K, k, T, a.V, K, K*T))
+	// The loop over groups is here rather than in Go: a call per group
+	// cost a fifth of a one-token product over a few hundred columns.
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
 	xs := Load(Param("xs"), GP64())
-	n := Load(Param("n"), GP64())
-
+	ng := Load(Param("ng"), GP64())
+	TESTQ(ng, ng)
+	JZ(LabelRef("done"))
+	U := max(1, 64/stepBytes(a, k)) // steps a cache line of each row
+	Label("group")
+	i := Load(Param("n"), GP64())
+	TESTQ(i, i)
+	JZ(LabelRef("done"))
+	acc := newStrided(Load(Param("acc"), GP64()), Load(Param("lda"), GP64()), T)
+	wp := GP64()
+	MOVQ(w0, wp)
+	// Decode-sized kernels prefetch the next group's rows, one line per row
+	// and cache line of this group's: a run out of each row is too short for
+	// the hardware prefetcher, which restarts at every 4 KiB page.
+	pf := prefetchRows(K, T) > K
+	w := newStrided(wp, ldw, prefetchRows(K, T))
 	xb := make([][]VecVirtual, T)
 	for t := range xb {
 		xb[t] = make([]VecVirtual, K)
@@ -46,32 +62,81 @@ func genInOut(a arch, k wkind, K, T int) {
 			VBROADCASTSS(Mem{Base: xs, Disp: 4 * (t*K + j)}, xb[t][j])
 		}
 	}
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	if w.rows > K {
-		for j := 0; j < K; j++ {
-			PREFETCHT0(w.at(j+K, 0))
+	step := func(u int) {
+		wv := make([]VecVirtual, K)
+		for j := range wv {
+			wv[j] = a.vec()
+			a.loadW(k, w, j, u, wv[j])
+		}
+		for t := 0; t < T; t++ {
+			s := a.vec()
+			VMOVUPS(acc.at(t, 4*a.V*u), s)
+			for j := 0; j < K; j++ {
+				VFMADD231PS(wv[j], xb[t][j], s)
+			}
+			VMOVUPS(s, acc.at(t, 4*a.V*u))
 		}
 	}
-	wv := make([]VecVirtual, K)
-	for j := range wv {
-		wv[j] = a.vec()
-		a.loadW(k, w, j, 0, wv[j])
-	}
-	for t := 0; t < T; t++ {
-		s := a.vec()
-		VMOVUPS(acc.at(t, 0), s)
-		for j := 0; j < K; j++ {
-			VFMADD231PS(wv[j], xb[t][j], s)
+	if U > 1 {
+		r := GP64()
+		MOVQ(i, r)
+		ANDQ(U32(U-1), r)
+		SHRQ(U8(log2(U)), i)
+		JZ(LabelRef("rest"))
+		Label("loop")
+		if pf {
+			for j := 0; j < K; j++ {
+				PREFETCHT0(w.at(j+K, 0))
+			}
 		}
-		VMOVUPS(s, acc.at(t, 0))
+		for u := 0; u < U; u++ {
+			step(u)
+		}
+		w.advance(U * stepBytes(a, k))
+		acc.advance(U * 4 * a.V)
+		DECQ(i)
+		JNZ(LabelRef("loop"))
+		Label("rest")
+		TESTQ(r, r)
+		JZ(LabelRef("next"))
+		Label("one")
+		step(0)
+		w.advance(stepBytes(a, k))
+		acc.advance(4 * a.V)
+		DECQ(r)
+		JNZ(LabelRef("one"))
+	} else {
+		Label("loop")
+		if pf {
+			for j := 0; j < K; j++ {
+				PREFETCHT0(w.at(j+K, 0))
+			}
+		}
+		step(0)
+		w.advance(stepBytes(a, k))
+		acc.advance(4 * a.V)
+		DECQ(i)
+		JNZ(LabelRef("loop"))
 	}
-	w.advance(stepBytes(a, k))
-	acc.advance(4 * a.V)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
+	Label("next")
+	if K == 4 {
+		LEAQ(Mem{Base: w0, Index: ldw, Scale: 4}, w0)
+	} else {
+		ADDQ(ldw, w0)
+	}
+	ADDQ(U32(4*K*T), xs)
+	DECQ(ng)
+	JNZ(LabelRef("group"))
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// log2 returns the base-2 logarithm of a power of two.
+func log2(n int) uint8 {
+	var l uint8
+	for 1<<l < n {
+		l++
+	}
+	return l
 }

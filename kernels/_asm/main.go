@@ -57,7 +57,7 @@ func (g *group) add(name string) string {
 var (
 	dotGroup   = newGroup("dotKernel", "w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32", "w, ldw, x, ldx, n, out, ldo, scale")
 	intGroup   = newGroup("intKernel", "w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32", "w, ldw, xq, dx, cr, ldx, n, out, ldo, scale")
-	inoutGroup = newGroup("inoutKernel", "acc *float32, lda int, w *byte, ldw int, xs *float32, n int", "acc, lda, w, ldw, xs, n")
+	inoutGroup = newGroup("inoutKernel", "acc *float32, lda int, w *byte, ldw int, xs *float32, n int, ng int", "acc, lda, w, ldw, xs, n, ng")
 	quantGroup = newGroup("quantKernel", "x *float32, n int, xq *byte, dx *float32, cr *int32", "x, n, xq, dx, cr")
 )
 

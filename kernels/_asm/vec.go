@@ -11,12 +11,13 @@ import (
 )
 
 var (
-	axpyGroup    = newGroup("axpyKernel", "y *float32, alpha float32, x *float32, n int", "y, alpha, x, n")
-	geluMulGroup = newGroup("geluMulKernel", "dst, a, b *float32, n int", "dst, a, b, n")
-	maxGroup     = newGroup("maxKernel", "x *float32, n int) (m float32", "x, n")
-	expSubGroup  = newGroup("expSubKernel", "x *float32, n int, m float32) (sum float64", "x, n, m")
-	scaleGroup   = newGroup("scaleKernel", "x *float32, n int, s float32", "x, n, s")
-	softcapGroup = newGroup("softcapKernel", "x *float32, n int, mult, m2c, c float32", "x, n, mult, m2c, c")
+	axpyGroup      = newGroup("axpyKernel", "y *float32, alpha float32, x *float32, n int", "y, alpha, x, n")
+	geluMulGroup   = newGroup("geluMulKernel", "dst, a, b *float32, n int", "dst, a, b, n")
+	maxGroup       = newGroup("maxKernel", "x *float32, n int) (m float32", "x, n")
+	expSubGroup    = newGroup("expSubKernel", "x *float32, n int, m float32) (sum float64", "x, n, m")
+	scaleGroup     = newGroup("scaleKernel", "x *float32, n int, s float32", "x, n, s")
+	addScaledGroup = newGroup("addScaledKernel", "d, sc, a *float32, n int", "d, sc, a, n")
+	softcapGroup   = newGroup("softcapKernel", "x *float32, n int, mult, m2c, c float32", "x, n, mult, m2c, c")
 )
 
 // genVec emits the vector functions of one arch and returns the Go table
@@ -29,6 +30,7 @@ func genVec(a arch) string {
 		"expSub: " + expSubGroup.add(genExpSub(a)),
 		"scale: " + scaleGroup.add(genScale(a)),
 		"softcap: " + softcapGroup.add(genSoftcap(a)),
+		"addScaled: " + addScaledGroup.add(genAddScaled(a)),
 	}
 	return strings.Join(fields, ", ")
 }
@@ -66,6 +68,27 @@ func genAxpy(a arch) string {
 		VMOVUPS(Mem{Base: y}, v)
 		VFMADD231PS(Mem{Base: x}, al, v)
 		VMOVUPS(v, Mem{Base: y})
+	})
+	return name
+}
+
+// genAddScaled: d[i] += sc[i]·a[i] for n vectors, the product and the sum
+// each rounded (no fused multiply-add: the scalar Go rounds twice too).
+func genAddScaled(a arch) string {
+	name := "addScaled_" + a.name
+	TEXT(name, NOSPLIT, "func(d, sc, a *float32, n int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes d[i] += sc[i]·a[i], rounding the product, for n·%d elements.", name, a.V))
+	d := Load(Param("d"), GP64())
+	sc := Load(Param("sc"), GP64())
+	x := Load(Param("a"), GP64())
+	n := Load(Param("n"), GP64())
+	a.eachVector(n, []Register{d, sc, x}, func() {
+		v := a.vec()
+		VMOVUPS(Mem{Base: sc}, v)
+		VMULPS(Mem{Base: x}, v, v)
+		VADDPS(Mem{Base: d}, v, v)
+		VMOVUPS(v, Mem{Base: d})
 	})
 	return name
 }
