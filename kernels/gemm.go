@@ -305,7 +305,7 @@ func (ks *kernelSet) inoutAcc(acc []float32, lda int, x []float32, n int, m *Mat
 	esz := rb / m.Out
 	var xp *[]float32
 	if n > 1 {
-		xp = getScratch(fam.T * min(k1-k0, inoutPiece))
+		xp = getScratch(fam.T * inoutPiece) // one size: a pooled buffer grows once
 		defer scratchPool.Put(xp)
 	}
 	P := chunk(n, hi-lo, 4, fam.V)
