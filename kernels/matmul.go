@@ -132,8 +132,9 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 // adds the scaled blocks in order, and together they give MatMulRows' bits.
 // A thread that computes a whole block streams one contiguous run of
 // weights, where a range of columns is a short run out of every row (two
-// threads over the medium model's 1536×4096 and 1536×1536 matrices: 46
-// and 42 GB/s against 37 and 27 by columns, a plain read loop 52 and 45).
+// threads, one token, over the medium model's 1536×4096 and 1536×1536
+// matrices: 39–40 and 35–36 GB/s against 34–36 and 26–27 by columns; a
+// plain read loop 47–52 and 44–46).
 
 // BlockRows is the most rows of a block of an int8 [in, out] product:
 // large enough that a block is a long contiguous stream (256 rows of 1536
@@ -212,8 +213,9 @@ func CombineBlocks(dst []float32, parts [][]float32, n int, m *Mat, lo, hi int) 
 }
 
 // addScaled adds sc[c]·a[c] to d[c], rounding the product and the sum each
-// once (the conversion forbids a fused multiply-add): the one place the
-// per-shard scales are applied, so that every path rounds them alike.
+// once (the conversion forbids a fused multiply-add; the SIMD kernel
+// multiplies, then adds): the one place the per-shard scales are applied,
+// so that every path rounds them alike.
 func addScaled(d, sc, a []float32) {
 	sc, a = sc[:len(d)], a[:len(d)]
 	nv := 0
