@@ -18,6 +18,13 @@ func init() {
 	}
 	avx2 := &kernelSet{name: "AVX2", dot: &dotAVX2, int8: &intAVX2, inout: &inoutAVX2, quant: quantAVX2, vec: &vecAVX2}
 	levels = append(levels, avx2)
+	if x.HasAVXVNNI {
+		// AVX-VNNI (VEX VPDPBUSD on ymm) for the int8 products of CPUs
+		// without AVX-512; listed wherever it exists so that tests cover it.
+		v := *avx2
+		v.name, v.int8 = "AVX2VNNI", &intAVXVNNI
+		levels = append(levels, &v)
+	}
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512DQ {
 		// Without VNNI the int8 products use the AVX2 kernels. Where VNNI
 		// exists that combination is still listed (before the best set) so

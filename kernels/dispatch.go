@@ -123,7 +123,8 @@ func useLevel(i int) (restore func()) {
 }
 
 // Variant names the kernels in use: "Go" (the pure-Go reference), "AVX2"
-// (AVX2+FMA+F16C), "AVX512" (AVX-512 F/BW/VL/DQ) or "AVX512VNNI".
+// (AVX2+FMA+F16C), "AVX2VNNI" (AVX2 with AVX-VNNI for the int8 products),
+// "AVX512" (AVX-512 F/BW/VL/DQ) or "AVX512VNNI".
 func Variant() string {
 	for i, l := range levels {
 		if l == active {

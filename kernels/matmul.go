@@ -5,7 +5,7 @@
 //
 // On amd64 the loops are assembly generated with avo (kernels/_asm), in an
 // AVX2+FMA+F16C and an AVX-512 (F, BW, VL, DQ, plus VNNI for int8) variant
-// chosen at start-up; build with -tags noasm for the pure-Go versions, which
+// chosen at start-up (AVX2 CPUs with AVX-VNNI get VEX VPDPBUSD for int8); build with -tags noasm for the pure-Go versions, which
 // are also the reference the SIMD ones are tested against (ref.go).
 package kernels
 

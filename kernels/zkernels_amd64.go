@@ -946,3 +946,63 @@ func softcap_AVX512(x *float32, n int, mult float32, m2c float32, c float32)
 //
 //go:noescape
 func addScaled_AVX512(d *float32, sc *float32, a *float32, n int)
+
+// intQ8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intQ8_2x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intQ8_1x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intQ8_1x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intQ8_2x2_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intQ8_2x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intQ8_1x2_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intQ8_1x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intQ8_2x3_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intQ8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intQ8_1x3_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intQ8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intI8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intI8_2x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intI8_1x1_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intI8_1x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intI8_2x2_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intI8_2x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intI8_1x2_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intI8_1x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intI8_2x3_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intI8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// intI8_1x3_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+//
+//go:noescape
+func intI8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)

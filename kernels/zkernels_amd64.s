@@ -21225,3 +21225,809 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func intQ8_2x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intQ8_2x1_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	LEAQ         (CX)(CX*2), DX
+	MOVQ         ldx+40(FP), DX
+	MOVQ         xq+16(FP), DX
+	MOVQ         dx+24(FP), BX
+	MOVQ         cr+32(FP), SI
+	MOVQ         n+48(FP), DI
+	MOVQ         out+56(FP), R8
+	MOVQ         ldo+64(FP), R9
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	MOVL         $0x80808080, R9
+	VMOVD        R9, X2
+	VPBROADCASTD X2, Y2
+	TESTQ        DI, DI
+	JZ           reduce
+
+loop:
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y4
+	VPXOR        2(AX), Y2, Y3
+	VPBROADCASTW (AX)(CX*1), X5
+	VCVTPH2PS    X5, Y6
+	VPXOR        2(AX)(CX*1), Y2, Y5
+	VMOVDQU      (DX), Y7
+	VMOVDQU      (SI), Y8
+	VMOVDQA      Y8, Y9
+	BYTE $0xc4; BYTE $0x62; BYTE $0x65; BYTE $0x50; BYTE $0xcf // VPDPBUSD Y7, Y3, Y9 (AVX-VNNI)
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (BX), Y9, Y9
+	VFMADD231PS  Y4, Y9, Y0
+	VMOVDQA      Y8, Y3
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x50; BYTE $0xdf // VPDPBUSD Y7, Y5, Y3 (AVX-VNNI)
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       (BX), Y3, Y3
+	VFMADD231PS  Y6, Y3, Y1
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000020, SI
+	DECQ         DI
+	JNZ          loop
+
+reduce:
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVQ        (R8), X0
+	VADDPS       X1, X0, X0
+	VMOVQ        X0, (R8)
+	VZEROUPPER
+	RET
+
+// func intQ8_1x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intQ8_1x1_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	MOVQ         ldx+40(FP), CX
+	MOVQ         xq+16(FP), CX
+	MOVQ         dx+24(FP), DX
+	MOVQ         cr+32(FP), BX
+	MOVQ         n+48(FP), SI
+	MOVQ         out+56(FP), DI
+	MOVQ         ldo+64(FP), R8
+	VXORPS       Y0, Y0, Y0
+	MOVL         $0x80808080, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y1
+	TESTQ        SI, SI
+	JZ           reduce
+
+loop:
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y3
+	VPXOR        2(AX), Y1, Y2
+	VMOVDQU      (CX), Y4
+	VMOVDQU      (BX), Y5
+	VMOVDQA      Y5, Y5
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x6d; BYTE $0x50; BYTE $0xec // VPDPBUSD Y4, Y2, Y5 (AVX-VNNI)
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       (DX), Y5, Y5
+	VFMADD231PS  Y3, Y5, Y0
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, BX
+	DECQ         SI
+	JNZ          loop
+
+reduce:
+	VHADDPS      Y0, Y0, Y1
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y1, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VADDSS       (DI), X1, X0
+	VMOVSS       X0, (DI)
+	VZEROUPPER
+	RET
+
+// func intQ8_2x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intQ8_2x2_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	LEAQ         (CX)(CX*2), DX
+	MOVQ         ldx+40(FP), DX
+	MOVQ         xq+16(FP), BX
+	MOVQ         dx+24(FP), SI
+	MOVQ         cr+32(FP), DI
+	MOVQ         n+48(FP), R8
+	MOVQ         out+56(FP), R9
+	MOVQ         ldo+64(FP), R10
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	MOVL         $0x80808080, R11
+	VMOVD        R11, X4
+	VPBROADCASTD X4, Y4
+	TESTQ        R8, R8
+	JZ           reduce
+
+loop:
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y6
+	VPXOR        2(AX), Y4, Y5
+	VPBROADCASTW (AX)(CX*1), X7
+	VCVTPH2PS    X7, Y8
+	VPXOR        2(AX)(CX*1), Y4, Y7
+	VMOVDQU      (BX), Y9
+	VMOVDQU      (DI), Y10
+	VMOVDQA      Y10, Y11
+	BYTE $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd9 // VPDPBUSD Y9, Y5, Y11 (AVX-VNNI)
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       (SI), Y11, Y11
+	VFMADD231PS  Y6, Y11, Y0
+	VMOVDQA      Y10, Y10
+	BYTE $0xc4; BYTE $0x42; BYTE $0x45; BYTE $0x50; BYTE $0xd1 // VPDPBUSD Y9, Y7, Y10 (AVX-VNNI)
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       (SI), Y10, Y10
+	VFMADD231PS  Y8, Y10, Y1
+	VMOVDQU      (BX)(DX*1), Y9
+	VMOVDQU      (DI)(DX*1), Y10
+	VMOVDQA      Y10, Y11
+	BYTE $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd9 // VPDPBUSD Y9, Y5, Y11 (AVX-VNNI)
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       (SI)(DX*1), Y11, Y11
+	VFMADD231PS  Y6, Y11, Y2
+	VMOVDQA      Y10, Y5
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xe9 // VPDPBUSD Y9, Y7, Y5 (AVX-VNNI)
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       (SI)(DX*1), Y5, Y5
+	VFMADD231PS  Y8, Y5, Y3
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000020, SI
+	ADDQ         $0x00000020, DI
+	DECQ         R8
+	JNZ          loop
+
+reduce:
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVQ        (R9), X0
+	VADDPS       X1, X0, X0
+	VMOVQ        X0, (R9)
+	VPERMILPS    $0x4e, X1, X0
+	VMOVQ        (R9)(R10*1), X1
+	VADDPS       X0, X1, X1
+	VMOVQ        X1, (R9)(R10*1)
+	VZEROUPPER
+	RET
+
+// func intQ8_1x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intQ8_1x2_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	MOVQ         ldx+40(FP), CX
+	MOVQ         xq+16(FP), DX
+	MOVQ         dx+24(FP), BX
+	MOVQ         cr+32(FP), SI
+	MOVQ         n+48(FP), DI
+	MOVQ         out+56(FP), R8
+	MOVQ         ldo+64(FP), R9
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	MOVL         $0x80808080, R10
+	VMOVD        R10, X2
+	VPBROADCASTD X2, Y2
+	TESTQ        DI, DI
+	JZ           reduce
+
+loop:
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y4
+	VPXOR        2(AX), Y2, Y3
+	VMOVDQU      (DX), Y5
+	VMOVDQU      (SI), Y6
+	VMOVDQA      Y6, Y6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x65; BYTE $0x50; BYTE $0xf5 // VPDPBUSD Y5, Y3, Y6 (AVX-VNNI)
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       (BX), Y6, Y6
+	VFMADD231PS  Y4, Y6, Y0
+	VMOVDQU      (DX)(CX*1), Y5
+	VMOVDQU      (SI)(CX*1), Y6
+	VMOVDQA      Y6, Y6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x65; BYTE $0x50; BYTE $0xf5 // VPDPBUSD Y5, Y3, Y6 (AVX-VNNI)
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       (BX)(CX*1), Y6, Y6
+	VFMADD231PS  Y4, Y6, Y1
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000020, SI
+	DECQ         DI
+	JNZ          loop
+
+reduce:
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VADDSS       (R8), X1, X0
+	VMOVSS       X0, (R8)
+	VPERMILPS    $0x39, X1, X0
+	VADDSS       (R8)(R9*1), X0, X0
+	VMOVSS       X0, (R8)(R9*1)
+	VZEROUPPER
+	RET
+
+// func intQ8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intQ8_2x3_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	MOVQ         ldx+40(FP), DX
+	MOVQ         xq+16(FP), BX
+	MOVQ         dx+24(FP), SI
+	MOVQ         cr+32(FP), DI
+	MOVQ         n+48(FP), R8
+	MOVQ         out+56(FP), R9
+	MOVQ         ldo+64(FP), R10
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	MOVL         $0x80808080, R11
+	VMOVD        R11, X6
+	VPBROADCASTD X6, Y6
+	TESTQ        R8, R8
+	JZ           reduce
+
+loop:
+	VPBROADCASTW (AX), X7
+	VCVTPH2PS    X7, Y8
+	VPXOR        2(AX), Y6, Y7
+	VPBROADCASTW (AX)(CX*1), X9
+	VCVTPH2PS    X9, Y10
+	VPXOR        2(AX)(CX*1), Y6, Y9
+	VMOVDQU      (BX), Y11
+	VMOVDQU      (DI), Y12
+	VMOVDQA      Y12, Y13
+	BYTE $0xc4; BYTE $0x42; BYTE $0x45; BYTE $0x50; BYTE $0xeb // VPDPBUSD Y11, Y7, Y13 (AVX-VNNI)
+	VCVTDQ2PS    Y13, Y13
+	VMULPS       (SI), Y13, Y13
+	VFMADD231PS  Y8, Y13, Y0
+	VMOVDQA      Y12, Y12
+	BYTE $0xc4; BYTE $0x42; BYTE $0x35; BYTE $0x50; BYTE $0xe3 // VPDPBUSD Y11, Y9, Y12 (AVX-VNNI)
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       (SI), Y12, Y12
+	VFMADD231PS  Y10, Y12, Y1
+	VMOVDQU      (BX)(DX*1), Y11
+	VMOVDQU      (DI)(DX*1), Y12
+	VMOVDQA      Y12, Y13
+	BYTE $0xc4; BYTE $0x42; BYTE $0x45; BYTE $0x50; BYTE $0xeb // VPDPBUSD Y11, Y7, Y13 (AVX-VNNI)
+	VCVTDQ2PS    Y13, Y13
+	VMULPS       (SI)(DX*1), Y13, Y13
+	VFMADD231PS  Y8, Y13, Y2
+	VMOVDQA      Y12, Y12
+	BYTE $0xc4; BYTE $0x42; BYTE $0x35; BYTE $0x50; BYTE $0xe3 // VPDPBUSD Y11, Y9, Y12 (AVX-VNNI)
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       (SI)(DX*1), Y12, Y12
+	VFMADD231PS  Y10, Y12, Y3
+	VMOVDQU      (BX)(DX*2), Y11
+	VMOVDQU      (DI)(DX*2), Y12
+	VMOVDQA      Y12, Y13
+	BYTE $0xc4; BYTE $0x42; BYTE $0x45; BYTE $0x50; BYTE $0xeb // VPDPBUSD Y11, Y7, Y13 (AVX-VNNI)
+	VCVTDQ2PS    Y13, Y13
+	VMULPS       (SI)(DX*2), Y13, Y13
+	VFMADD231PS  Y8, Y13, Y4
+	VMOVDQA      Y12, Y7
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xfb // VPDPBUSD Y11, Y9, Y7 (AVX-VNNI)
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       (SI)(DX*2), Y7, Y7
+	VFMADD231PS  Y10, Y7, Y5
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000020, SI
+	ADDQ         $0x00000020, DI
+	DECQ         R8
+	JNZ          loop
+
+reduce:
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVQ        (R9), X0
+	VADDPS       X1, X0, X0
+	VMOVQ        X0, (R9)
+	VPERMILPS    $0x4e, X1, X0
+	VMOVQ        (R9)(R10*1), X1
+	VADDPS       X0, X1, X1
+	VMOVQ        X1, (R9)(R10*1)
+	VHADDPS      Y5, Y4, Y0
+	VHADDPS      Y5, Y5, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVQ        (R9)(R10*2), X0
+	VADDPS       X1, X0, X0
+	VMOVQ        X0, (R9)(R10*2)
+	VZEROUPPER
+	RET
+
+// func intQ8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intQ8_1x3_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	MOVQ         ldx+40(FP), CX
+	MOVQ         xq+16(FP), DX
+	MOVQ         dx+24(FP), BX
+	MOVQ         cr+32(FP), SI
+	MOVQ         n+48(FP), DI
+	MOVQ         out+56(FP), R8
+	MOVQ         ldo+64(FP), R9
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	MOVL         $0x80808080, R10
+	VMOVD        R10, X3
+	VPBROADCASTD X3, Y3
+	TESTQ        DI, DI
+	JZ           reduce
+
+loop:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y5
+	VPXOR        2(AX), Y3, Y4
+	VMOVDQU      (DX), Y6
+	VMOVDQU      (SI), Y7
+	VMOVDQA      Y7, Y7
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x50; BYTE $0xfe // VPDPBUSD Y6, Y4, Y7 (AVX-VNNI)
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       (BX), Y7, Y7
+	VFMADD231PS  Y5, Y7, Y0
+	VMOVDQU      (DX)(CX*1), Y6
+	VMOVDQU      (SI)(CX*1), Y7
+	VMOVDQA      Y7, Y7
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x50; BYTE $0xfe // VPDPBUSD Y6, Y4, Y7 (AVX-VNNI)
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       (BX)(CX*1), Y7, Y7
+	VFMADD231PS  Y5, Y7, Y1
+	VMOVDQU      (DX)(CX*2), Y6
+	VMOVDQU      (SI)(CX*2), Y7
+	VMOVDQA      Y7, Y7
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x50; BYTE $0xfe // VPDPBUSD Y6, Y4, Y7 (AVX-VNNI)
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       (BX)(CX*2), Y7, Y7
+	VFMADD231PS  Y5, Y7, Y2
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000020, SI
+	DECQ         DI
+	JNZ          loop
+
+reduce:
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VADDSS       (R8), X1, X0
+	VMOVSS       X0, (R8)
+	VPERMILPS    $0x39, X1, X0
+	VADDSS       (R8)(R9*1), X0, X0
+	VMOVSS       X0, (R8)(R9*1)
+	VPERMILPS    $0x4e, X1, X0
+	VADDSS       (R8)(R9*2), X0, X0
+	VMOVSS       X0, (R8)(R9*2)
+	VZEROUPPER
+	RET
+
+// func intI8_2x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intI8_2x1_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	LEAQ         (CX)(CX*2), DX
+	MOVQ         ldx+40(FP), DX
+	MOVQ         xq+16(FP), DX
+	MOVQ         dx+24(FP), BX
+	MOVQ         cr+32(FP), SI
+	MOVQ         n+48(FP), DI
+	MOVQ         out+56(FP), R8
+	MOVQ         ldo+64(FP), R9
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	MOVL         $0x80808080, R9
+	VMOVD        R9, X2
+	VPBROADCASTD X2, Y2
+	TESTQ        DI, DI
+	JZ           reduce
+
+loop:
+	VPXOR       (AX), Y2, Y3
+	VPXOR       (AX)(CX*1), Y2, Y4
+	VMOVDQU     (DX), Y5
+	VMOVDQU     (SI), Y6
+	VMOVDQA     Y6, Y7
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x65; BYTE $0x50; BYTE $0xfd // VPDPBUSD Y5, Y3, Y7 (AVX-VNNI)
+	VCVTDQ2PS   Y7, Y7
+	VFMADD231PS (BX), Y7, Y0
+	VMOVDQA     Y6, Y3
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x50; BYTE $0xdd // VPDPBUSD Y5, Y4, Y3 (AVX-VNNI)
+	VCVTDQ2PS   Y3, Y3
+	VFMADD231PS (BX), Y3, Y1
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	DECQ        DI
+	JNZ         loop
+
+reduce:
+	MOVQ         scale+72(FP), AX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVDDUP     (AX), X0
+	VMULPS       X0, X1, X1
+	VMOVQ        (R8), X0
+	VADDPS       X1, X0, X0
+	VMOVQ        X0, (R8)
+	VZEROUPPER
+	RET
+
+// func intI8_1x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intI8_1x1_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	MOVQ         ldx+40(FP), CX
+	MOVQ         xq+16(FP), CX
+	MOVQ         dx+24(FP), DX
+	MOVQ         cr+32(FP), BX
+	MOVQ         n+48(FP), SI
+	MOVQ         out+56(FP), DI
+	MOVQ         ldo+64(FP), R8
+	VXORPS       Y0, Y0, Y0
+	MOVL         $0x80808080, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y1
+	TESTQ        SI, SI
+	JZ           reduce
+
+loop:
+	VPXOR       (AX), Y1, Y2
+	VMOVDQU     (CX), Y3
+	VMOVDQU     (BX), Y4
+	VMOVDQA     Y4, Y4
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x6d; BYTE $0x50; BYTE $0xe3 // VPDPBUSD Y3, Y2, Y4 (AVX-VNNI)
+	VCVTDQ2PS   Y4, Y4
+	VFMADD231PS (DX), Y4, Y0
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         loop
+
+reduce:
+	MOVQ         scale+72(FP), AX
+	VHADDPS      Y0, Y0, Y1
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y1, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VBROADCASTSS (AX), X0
+	VMULPS       X0, X1, X1
+	VADDSS       (DI), X1, X0
+	VMOVSS       X0, (DI)
+	VZEROUPPER
+	RET
+
+// func intI8_2x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intI8_2x2_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	LEAQ         (CX)(CX*2), DX
+	MOVQ         ldx+40(FP), DX
+	MOVQ         xq+16(FP), BX
+	MOVQ         dx+24(FP), SI
+	MOVQ         cr+32(FP), DI
+	MOVQ         n+48(FP), R8
+	MOVQ         out+56(FP), R9
+	MOVQ         ldo+64(FP), R10
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	MOVL         $0x80808080, R11
+	VMOVD        R11, X4
+	VPBROADCASTD X4, Y4
+	TESTQ        R8, R8
+	JZ           reduce
+
+loop:
+	VPXOR       (AX), Y4, Y5
+	VPXOR       (AX)(CX*1), Y4, Y6
+	VMOVDQU     (BX), Y7
+	VMOVDQU     (DI), Y8
+	VMOVDQA     Y8, Y9
+	BYTE $0xc4; BYTE $0x62; BYTE $0x55; BYTE $0x50; BYTE $0xcf // VPDPBUSD Y7, Y5, Y9 (AVX-VNNI)
+	VCVTDQ2PS   Y9, Y9
+	VFMADD231PS (SI), Y9, Y0
+	VMOVDQA     Y8, Y8
+	BYTE $0xc4; BYTE $0x62; BYTE $0x4d; BYTE $0x50; BYTE $0xc7 // VPDPBUSD Y7, Y6, Y8 (AVX-VNNI)
+	VCVTDQ2PS   Y8, Y8
+	VFMADD231PS (SI), Y8, Y1
+	VMOVDQU     (BX)(DX*1), Y7
+	VMOVDQU     (DI)(DX*1), Y8
+	VMOVDQA     Y8, Y9
+	BYTE $0xc4; BYTE $0x62; BYTE $0x55; BYTE $0x50; BYTE $0xcf // VPDPBUSD Y7, Y5, Y9 (AVX-VNNI)
+	VCVTDQ2PS   Y9, Y9
+	VFMADD231PS (SI)(DX*1), Y9, Y2
+	VMOVDQA     Y8, Y5
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x50; BYTE $0xef // VPDPBUSD Y7, Y6, Y5 (AVX-VNNI)
+	VCVTDQ2PS   Y5, Y5
+	VFMADD231PS (SI)(DX*1), Y5, Y3
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R8
+	JNZ         loop
+
+reduce:
+	MOVQ         scale+72(FP), AX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVDDUP     (AX), X0
+	VMULPS       X0, X1, X1
+	VMOVQ        (R9), X0
+	VADDPS       X1, X0, X0
+	VMOVQ        X0, (R9)
+	VPERMILPS    $0x4e, X1, X0
+	VMOVQ        (R9)(R10*1), X1
+	VADDPS       X0, X1, X1
+	VMOVQ        X1, (R9)(R10*1)
+	VZEROUPPER
+	RET
+
+// func intI8_1x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intI8_1x2_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	MOVQ         ldx+40(FP), CX
+	MOVQ         xq+16(FP), DX
+	MOVQ         dx+24(FP), BX
+	MOVQ         cr+32(FP), SI
+	MOVQ         n+48(FP), DI
+	MOVQ         out+56(FP), R8
+	MOVQ         ldo+64(FP), R9
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	MOVL         $0x80808080, R10
+	VMOVD        R10, X2
+	VPBROADCASTD X2, Y2
+	TESTQ        DI, DI
+	JZ           reduce
+
+loop:
+	VPXOR       (AX), Y2, Y3
+	VMOVDQU     (DX), Y4
+	VMOVDQU     (SI), Y5
+	VMOVDQA     Y5, Y5
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x65; BYTE $0x50; BYTE $0xec // VPDPBUSD Y4, Y3, Y5 (AVX-VNNI)
+	VCVTDQ2PS   Y5, Y5
+	VFMADD231PS (BX), Y5, Y0
+	VMOVDQU     (DX)(CX*1), Y4
+	VMOVDQU     (SI)(CX*1), Y5
+	VMOVDQA     Y5, Y5
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x65; BYTE $0x50; BYTE $0xec // VPDPBUSD Y4, Y3, Y5 (AVX-VNNI)
+	VCVTDQ2PS   Y5, Y5
+	VFMADD231PS (BX)(CX*1), Y5, Y1
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	DECQ        DI
+	JNZ         loop
+
+reduce:
+	MOVQ         scale+72(FP), AX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VBROADCASTSS (AX), X0
+	VMULPS       X0, X1, X1
+	VADDSS       (R8), X1, X0
+	VMOVSS       X0, (R8)
+	VPERMILPS    $0x39, X1, X0
+	VADDSS       (R8)(R9*1), X0, X0
+	VMOVSS       X0, (R8)(R9*1)
+	VZEROUPPER
+	RET
+
+// func intI8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intI8_2x3_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	MOVQ         ldx+40(FP), DX
+	MOVQ         xq+16(FP), BX
+	MOVQ         dx+24(FP), SI
+	MOVQ         cr+32(FP), DI
+	MOVQ         n+48(FP), R8
+	MOVQ         out+56(FP), R9
+	MOVQ         ldo+64(FP), R10
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	MOVL         $0x80808080, R11
+	VMOVD        R11, X6
+	VPBROADCASTD X6, Y6
+	TESTQ        R8, R8
+	JZ           reduce
+
+loop:
+	VPXOR       (AX), Y6, Y7
+	VPXOR       (AX)(CX*1), Y6, Y8
+	VMOVDQU     (BX), Y9
+	VMOVDQU     (DI), Y10
+	VMOVDQA     Y10, Y11
+	BYTE $0xc4; BYTE $0x42; BYTE $0x45; BYTE $0x50; BYTE $0xd9 // VPDPBUSD Y9, Y7, Y11 (AVX-VNNI)
+	VCVTDQ2PS   Y11, Y11
+	VFMADD231PS (SI), Y11, Y0
+	VMOVDQA     Y10, Y10
+	BYTE $0xc4; BYTE $0x42; BYTE $0x3d; BYTE $0x50; BYTE $0xd1 // VPDPBUSD Y9, Y8, Y10 (AVX-VNNI)
+	VCVTDQ2PS   Y10, Y10
+	VFMADD231PS (SI), Y10, Y1
+	VMOVDQU     (BX)(DX*1), Y9
+	VMOVDQU     (DI)(DX*1), Y10
+	VMOVDQA     Y10, Y11
+	BYTE $0xc4; BYTE $0x42; BYTE $0x45; BYTE $0x50; BYTE $0xd9 // VPDPBUSD Y9, Y7, Y11 (AVX-VNNI)
+	VCVTDQ2PS   Y11, Y11
+	VFMADD231PS (SI)(DX*1), Y11, Y2
+	VMOVDQA     Y10, Y10
+	BYTE $0xc4; BYTE $0x42; BYTE $0x3d; BYTE $0x50; BYTE $0xd1 // VPDPBUSD Y9, Y8, Y10 (AVX-VNNI)
+	VCVTDQ2PS   Y10, Y10
+	VFMADD231PS (SI)(DX*1), Y10, Y3
+	VMOVDQU     (BX)(DX*2), Y9
+	VMOVDQU     (DI)(DX*2), Y10
+	VMOVDQA     Y10, Y11
+	BYTE $0xc4; BYTE $0x42; BYTE $0x45; BYTE $0x50; BYTE $0xd9 // VPDPBUSD Y9, Y7, Y11 (AVX-VNNI)
+	VCVTDQ2PS   Y11, Y11
+	VFMADD231PS (SI)(DX*2), Y11, Y4
+	VMOVDQA     Y10, Y7
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x3d; BYTE $0x50; BYTE $0xf9 // VPDPBUSD Y9, Y8, Y7 (AVX-VNNI)
+	VCVTDQ2PS   Y7, Y7
+	VFMADD231PS (SI)(DX*2), Y7, Y5
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R8
+	JNZ         loop
+
+reduce:
+	MOVQ         scale+72(FP), AX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVDDUP     (AX), X0
+	VMULPS       X0, X1, X1
+	VMOVQ        (R9), X0
+	VADDPS       X1, X0, X0
+	VMOVQ        X0, (R9)
+	VPERMILPS    $0x4e, X1, X0
+	VMOVQ        (R9)(R10*1), X1
+	VADDPS       X0, X1, X1
+	VMOVQ        X1, (R9)(R10*1)
+	VHADDPS      Y5, Y4, Y0
+	VHADDPS      Y5, Y5, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVDDUP     (AX), X0
+	VMULPS       X0, X1, X1
+	VMOVQ        (R9)(R10*2), X0
+	VADDPS       X1, X0, X0
+	VMOVQ        X0, (R9)(R10*2)
+	VZEROUPPER
+	RET
+
+// func intI8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
+// Requires: AVX, AVX2, AVX_VNNI, FMA
+TEXT ·intI8_1x3_AVXVNNI(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), AX
+	MOVQ         ldw+8(FP), CX
+	MOVQ         ldx+40(FP), CX
+	MOVQ         xq+16(FP), DX
+	MOVQ         dx+24(FP), BX
+	MOVQ         cr+32(FP), SI
+	MOVQ         n+48(FP), DI
+	MOVQ         out+56(FP), R8
+	MOVQ         ldo+64(FP), R9
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	MOVL         $0x80808080, R10
+	VMOVD        R10, X3
+	VPBROADCASTD X3, Y3
+	TESTQ        DI, DI
+	JZ           reduce
+
+loop:
+	VPXOR       (AX), Y3, Y4
+	VMOVDQU     (DX), Y5
+	VMOVDQU     (SI), Y6
+	VMOVDQA     Y6, Y6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x50; BYTE $0xf5 // VPDPBUSD Y5, Y4, Y6 (AVX-VNNI)
+	VCVTDQ2PS   Y6, Y6
+	VFMADD231PS (BX), Y6, Y0
+	VMOVDQU     (DX)(CX*1), Y5
+	VMOVDQU     (SI)(CX*1), Y6
+	VMOVDQA     Y6, Y6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x50; BYTE $0xf5 // VPDPBUSD Y5, Y4, Y6 (AVX-VNNI)
+	VCVTDQ2PS   Y6, Y6
+	VFMADD231PS (BX)(CX*1), Y6, Y1
+	VMOVDQU     (DX)(CX*2), Y5
+	VMOVDQU     (SI)(CX*2), Y6
+	VMOVDQA     Y6, Y6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x50; BYTE $0xf5 // VPDPBUSD Y5, Y4, Y6 (AVX-VNNI)
+	VCVTDQ2PS   Y6, Y6
+	VFMADD231PS (BX)(CX*2), Y6, Y2
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	DECQ        DI
+	JNZ         loop
+
+reduce:
+	MOVQ         scale+72(FP), AX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VBROADCASTSS (AX), X0
+	VMULPS       X0, X1, X1
+	VADDSS       (R8), X1, X0
+	VMOVSS       X0, (R8)
+	VPERMILPS    $0x39, X1, X0
+	VADDSS       (R8)(R9*1), X0, X0
+	VMOVSS       X0, (R8)(R9*1)
+	VPERMILPS    $0x4e, X1, X0
+	VADDSS       (R8)(R9*2), X0, X0
+	VMOVSS       X0, (R8)(R9*2)
+	VZEROUPPER
+	RET

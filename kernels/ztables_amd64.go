@@ -283,6 +283,18 @@ const (
 	k_intI8_1x3_VNNI
 	k_intI8_4x4_VNNI
 	k_intI8_1x4_VNNI
+	k_intQ8_2x1_AVXVNNI
+	k_intQ8_1x1_AVXVNNI
+	k_intQ8_2x2_AVXVNNI
+	k_intQ8_1x2_AVXVNNI
+	k_intQ8_2x3_AVXVNNI
+	k_intQ8_1x3_AVXVNNI
+	k_intI8_2x1_AVXVNNI
+	k_intI8_1x1_AVXVNNI
+	k_intI8_2x2_AVXVNNI
+	k_intI8_1x2_AVXVNNI
+	k_intI8_2x3_AVXVNNI
+	k_intI8_1x3_AVXVNNI
 )
 
 func (k intKernel) call(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32) {
@@ -343,6 +355,30 @@ func (k intKernel) call(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx 
 		intI8_4x4_VNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
 	case k_intI8_1x4_VNNI:
 		intI8_1x4_VNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intQ8_2x1_AVXVNNI:
+		intQ8_2x1_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intQ8_1x1_AVXVNNI:
+		intQ8_1x1_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intQ8_2x2_AVXVNNI:
+		intQ8_2x2_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intQ8_1x2_AVXVNNI:
+		intQ8_1x2_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intQ8_2x3_AVXVNNI:
+		intQ8_2x3_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intQ8_1x3_AVXVNNI:
+		intQ8_1x3_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intI8_2x1_AVXVNNI:
+		intI8_2x1_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intI8_1x1_AVXVNNI:
+		intI8_1x1_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intI8_2x2_AVXVNNI:
+		intI8_2x2_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intI8_1x2_AVXVNNI:
+		intI8_1x2_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intI8_2x3_AVXVNNI:
+		intI8_2x3_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
+	case k_intI8_1x3_AVXVNNI:
+		intI8_1x3_AVXVNNI(w, ldw, xq, dx, cr, ldx, n, out, ldo, scale)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -725,3 +761,8 @@ var inoutAVX512 = [...]inoutFamily{
 }
 
 var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512, softcap: k_softcap_AVX512, addScaled: k_addScaled_AVX512}
+
+var intAVXVNNI = [...]intFamily{
+	ikQ8: {R: 2, T: 3, B: 1, full: []intKernel{k_intQ8_2x1_AVXVNNI, k_intQ8_2x2_AVXVNNI, k_intQ8_2x3_AVXVNNI}, one: []intKernel{k_intQ8_1x1_AVXVNNI, k_intQ8_1x2_AVXVNNI, k_intQ8_1x3_AVXVNNI}},
+	ikI8: {R: 2, T: 3, B: 1, full: []intKernel{k_intI8_2x1_AVXVNNI, k_intI8_2x2_AVXVNNI, k_intI8_2x3_AVXVNNI}, one: []intKernel{k_intI8_1x1_AVXVNNI, k_intI8_1x2_AVXVNNI, k_intI8_1x3_AVXVNNI}},
+}

@@ -12,11 +12,15 @@ type arch struct {
 	name string // suffix of the generated function names
 	V    int    // float32 lanes per vector
 	zmm  bool
+	// vexVNNI: ymm int8 kernels with AVX-VNNI's VEX-encoded VPDPBUSD (CPUs
+	// with AVX-VNNI but not AVX-512). Only the int8 family exists for it.
+	vexVNNI bool
 }
 
 var (
-	avx2   = arch{name: "AVX2", V: 8}
-	avx512 = arch{name: "AVX512", V: 16, zmm: true}
+	avx2    = arch{name: "AVX2", V: 8}
+	avx512  = arch{name: "AVX512", V: 16, zmm: true}
+	avxvnni = arch{name: "AVXVNNI", V: 8, vexVNNI: true}
 )
 
 // vec allocates a full-width vector register.

@@ -23,6 +23,11 @@ import (
 // array). The int32 lanes then hold exact partial sums Σ x·w of four
 // products, as llama.cpp's mul_sum_i8_pairs lanes do.
 //
+// AVX-VNNI (VEX, ymm): the same as AVX-512 VNNI, one block a step. avo
+// knows only VPDPBUSD's EVEX form; the generator rewrites these kernels'
+// register-only VPDPBUSD lines into VEX bytes after register allocation
+// (vex.go), which needs every operand in Y0-Y15.
+//
 // AVX2: VPMADDUBSW with llama.cpp's sign transfer (|w| unsigned times x
 // carrying w's sign; |w| ≤ 128 and |x| ≤ 127 cannot saturate the int16
 // pair sums), then VPMADDWD by ones to int32.
@@ -75,7 +80,7 @@ func genInt(a arch, k ikind, R, T int) {
 	xq := newStrided(Load(Param("xq"), GP64()), ldx, T)
 	dx := &strided{base: Load(Param("dx"), GP64()), stride: ldx, stride3: xq.stride3}
 	var cr *strided
-	if a.zmm {
+	if a.zmm || a.vexVNNI {
 		cr = &strided{base: Load(Param("cr"), GP64()), stride: ldx, stride3: xq.stride3}
 	}
 	n := Load(Param("n"), GP64())
@@ -89,6 +94,8 @@ func genInt(a arch, k ikind, R, T int) {
 		// and 17 of a step) into words 0-7 and 8-15.
 		idx = ZMM()
 		VMOVDQU32(a.constWords("q8scaleidx", []uint16{0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17}), idx)
+	} else if a.vexVNNI {
+		konst = a.bcast32(0x80808080)
 	} else {
 		konst = a.bcast32(0x00010001) // int16 ones
 	}
@@ -97,6 +104,8 @@ func genInt(a arch, k ikind, R, T int) {
 	Label("loop")
 	if a.zmm {
 		a.intStepVNNI(k, w, xq, dx, cr, acc, konst, idx)
+	} else if a.vexVNNI {
+		a.intStepVEXVNNI(k, w, xq, dx, cr, acc, konst)
 	} else {
 		a.intStepAVX2(k, w, xq, dx, acc, konst)
 	}
@@ -142,6 +151,40 @@ func (a arch) intStepVNNI(k ikind, w, xq, dx, cr *strided, acc [][]VecVirtual, k
 			s := ZMM()
 			VMOVDQU32(cr.at(t, 0), s)
 			VPDPBUSD(xq.at(t, 0), wv[r], s) // exact Σ x·w per lane
+			VCVTDQ2PS(s, s)
+			if k == iQ8 {
+				VMULPS(dx.at(t, 0), s, s)
+				VFMADD231PS(d[r], s, acc[t][r])
+			} else {
+				VFMADD231PS(dx.at(t, 0), s, acc[t][r])
+			}
+		}
+	}
+}
+
+// intStepVEXVNNI is intStepVNNI on ymm registers, one block a step, with
+// VPDPBUSD on registers only (vex.go rewrites it into its VEX encoding).
+func (a arch) intStepVEXVNNI(k ikind, w, xq, dx, cr *strided, acc [][]VecVirtual, k80 VecVirtual) {
+	R := len(acc[0])
+	wv := make([]VecVirtual, R)
+	d := make([]VecVirtual, R)
+	for r := 0; r < R; r++ {
+		wv[r] = YMM()
+		off := 0
+		if k == iQ8 {
+			off = 2
+			d[r] = a.q8Scale(w.at(r, 0))
+		}
+		VPXOR(w.at(r, off), k80, wv[r]) // w+128: unsigned
+	}
+	for t := range acc {
+		xv, c := YMM(), YMM()
+		VMOVDQU(xq.at(t, 0), xv)
+		VMOVDQU(cr.at(t, 0), c)
+		for r := 0; r < R; r++ {
+			s := YMM()
+			VMOVDQA(c, s)
+			VPDPBUSD(xv, wv[r], s) // exact Σ x·w per lane
 			VCVTDQ2PS(s, s)
 			if k == iQ8 {
 				VMULPS(dx.at(t, 0), s, s)

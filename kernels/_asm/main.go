@@ -61,6 +61,28 @@ var (
 	quantGroup = newGroup("quantKernel", "x *float32, n int, xq *byte, dx *float32, cr *int32", "x, n, xq, dx, cr")
 )
 
+// genIntFamily generates a's int8 kernels and their table.
+func genIntFamily(tb *strings.Builder, a arch) {
+	name := a.name
+	if a.zmm {
+		name = "VNNI"
+	}
+	fmt.Fprintf(tb, "\nvar int%s = [...]intFamily{\n", name)
+	for k := iQ8; k <= iI8; k++ {
+		s := intShape(a, k)
+		var full, one []string
+		for T := 1; T <= s.T; T++ {
+			genInt(a, k, s.R, T)
+			genInt(a, k, 1, T)
+			full = append(full, intGroup.add(intName(a, k, s.R, T)))
+			one = append(one, intGroup.add(intName(a, k, 1, T)))
+		}
+		fmt.Fprintf(tb, "\tik%s: {R: %d, T: %d, B: %d, full: []intKernel{%s}, one: []intKernel{%s}},\n",
+			k, s.R, s.T, intBlocks(a), strings.Join(full, ", "), strings.Join(one, ", "))
+	}
+	fmt.Fprintf(tb, "}\n")
+}
+
 func main() {
 	flag.Parse() // avo's own flags are registered on flag.CommandLine
 	ConstraintExpr(buildTags)
@@ -86,20 +108,7 @@ func main() {
 		}
 		fmt.Fprintf(&tb, "}\n")
 
-		fmt.Fprintf(&tb, "\nvar int%s = [...]intFamily{\n", map[bool]string{false: "AVX2", true: "VNNI"}[a.zmm])
-		for k := iQ8; k <= iI8; k++ {
-			s := intShape(a, k)
-			var full, one []string
-			for T := 1; T <= s.T; T++ {
-				genInt(a, k, s.R, T)
-				genInt(a, k, 1, T)
-				full = append(full, intGroup.add(intName(a, k, s.R, T)))
-				one = append(one, intGroup.add(intName(a, k, 1, T)))
-			}
-			fmt.Fprintf(&tb, "\tik%s: {R: %d, T: %d, B: %d, full: []intKernel{%s}, one: []intKernel{%s}},\n",
-				k, s.R, s.T, intBlocks(a), strings.Join(full, ", "), strings.Join(one, ", "))
-		}
-		fmt.Fprintf(&tb, "}\n")
+		genIntFamily(&tb, a)
 
 		fmt.Fprintf(&tb, "\nvar inout%s = [...]inoutFamily{\n", a.name)
 		for k := wF32; k <= wI8; k++ {
@@ -118,7 +127,14 @@ func main() {
 
 		fmt.Fprintf(&tb, "\nvar vec%s = vecKernels{%s}\n", a.name, genVec(a))
 	}
+	genIntFamily(&tb, avxvnni)
 	Generate()
+	if f := flag.Lookup("out"); f != nil && f.Value.String() != "" {
+		if err := rewriteVEXVNNI(f.Value.String()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 
 	if *tables != "" {
 		var hdr strings.Builder
