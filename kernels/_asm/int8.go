@@ -125,6 +125,18 @@ func genInt(a arch, k ikind, R, T int) {
 	a.finish(acc, out, k == iI8)
 }
 
+// accumulateInt converts the int32 lane sums s to float32 and adds them,
+// times the activation scale dx (and Q8's weight scale d[r]), to acc[r].
+func accumulateInt(k ikind, s VecVirtual, dx Mem, d []VecVirtual, r int, acc []VecVirtual) {
+	VCVTDQ2PS(s, s)
+	if k == iQ8 {
+		VMULPS(dx, s, s)
+		VFMADD231PS(d[r], s, acc[r])
+	} else {
+		VFMADD231PS(dx, s, acc[r])
+	}
+}
+
 func (a arch) intStepVNNI(k ikind, w, xq, dx, cr *strided, acc [][]VecVirtual, k80, idx VecVirtual) {
 	R := len(acc[0])
 	wv := make([]VecVirtual, R)
@@ -151,13 +163,7 @@ func (a arch) intStepVNNI(k ikind, w, xq, dx, cr *strided, acc [][]VecVirtual, k
 			s := ZMM()
 			VMOVDQU32(cr.at(t, 0), s)
 			VPDPBUSD(xq.at(t, 0), wv[r], s) // exact Σ x·w per lane
-			VCVTDQ2PS(s, s)
-			if k == iQ8 {
-				VMULPS(dx.at(t, 0), s, s)
-				VFMADD231PS(d[r], s, acc[t][r])
-			} else {
-				VFMADD231PS(dx.at(t, 0), s, acc[t][r])
-			}
+			accumulateInt(k, s, dx.at(t, 0), d, r, acc[t])
 		}
 	}
 }
@@ -185,13 +191,7 @@ func (a arch) intStepVEXVNNI(k ikind, w, xq, dx, cr *strided, acc [][]VecVirtual
 			s := YMM()
 			VMOVDQA(c, s)
 			VPDPBUSD(xv, wv[r], s) // exact Σ x·w per lane
-			VCVTDQ2PS(s, s)
-			if k == iQ8 {
-				VMULPS(dx.at(t, 0), s, s)
-				VFMADD231PS(d[r], s, acc[t][r])
-			} else {
-				VFMADD231PS(dx.at(t, 0), s, acc[t][r])
-			}
+			accumulateInt(k, s, dx.at(t, 0), d, r, acc[t])
 		}
 	}
 }
@@ -220,13 +220,7 @@ func (a arch) intStepAVX2(k ikind, w, xq, dx *strided, acc [][]VecVirtual, ones 
 			VPSIGNB(wv[r], xv, s)   // x·sign(w)
 			VPMADDUBSW(s, aw[r], s) // |w|·x·sign(w) in int16 pairs
 			VPMADDWD(ones, s, s)    // int32 sums of four products
-			VCVTDQ2PS(s, s)
-			if k == iQ8 {
-				VMULPS(dx.at(t, 0), s, s)
-				VFMADD231PS(d[r], s, acc[t][r])
-			} else {
-				VFMADD231PS(dx.at(t, 0), s, acc[t][r])
-			}
+			accumulateInt(k, s, dx.at(t, 0), d, r, acc[t])
 		}
 	}
 }
