@@ -103,7 +103,7 @@ func genDot(a arch, k wkind, R, T int) {
 	out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
 
 	acc := a.newAccs(T, R)
-	if pipelined(a, T) {
+	if pipelined(a, k, R, T) {
 		genDotPipelined(a, k, w, x, n, acc)
 		a.finish(acc, out, k == wI8)
 		return
@@ -186,10 +186,26 @@ func (a arch) q8Scale(m Mem) VecVirtual {
 	return d
 }
 
-// pipelined reports whether the dot kernels of T tokens load each step's
-// weights one step ahead (genDotPipelined): the one-token kernels on zmm,
-// which have the registers for it.
-func pipelined(a arch, T int) bool { return a.zmm && T == 1 }
+// pipelined reports whether the dot kernel of R rows and T tokens loads
+// each step's weights one step ahead (genDotPipelined): decode-sized
+// kernels (T ≤ 2, which also prefetch the next rows) on zmm, when the
+// registers hold the accumulators, a step's weights as stored, their
+// float32 conversions, the Q8_0 scales and a token vector.
+func pipelined(a arch, k wkind, R, T int) bool {
+	if !a.zmm || T > 2 {
+		return false
+	}
+	nv := dotStepElems(a, k) / a.V
+	regs := R*T + R*nv + 1 // accumulators, raw weights, token vector
+	switch k {
+	case wF32: // multiplied as loaded
+	case wQ8:
+		regs += 2 * R // converted, scales
+	default:
+		regs += R
+	}
+	return regs <= 32
+}
 
 // genDotPipelined is the loop of a one-token dot kernel with its weight
 // loads one step ahead of the arithmetic: step j converts the weights that
@@ -242,7 +258,12 @@ func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirt
 // token into acc, in genDot's order; when next is set, each raw register
 // is then reloaded from the next step.
 func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVirtual, next bool) {
-	R, nv := len(raw), len(raw[0])
+	R, nv, T := len(raw), len(raw[0]), len(acc)
+	reload := func(r, u int) {
+		if next {
+			a.loadRaw(k, w.at(r, dotStepBytes(a, k)+a.rawOffset(k, u)), raw[r][u])
+		}
+	}
 	var d []VecVirtual
 	for u := 0; u < nv; u++ {
 		if k == wQ8 && u*a.V%32 == 0 {
@@ -251,16 +272,26 @@ func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVir
 				d[r] = a.q8Scale(w.at(r, u*a.V/32*34))
 			}
 		}
-		xv := a.vec()
-		VMOVUPS(x.at(0, 4*a.V*u), xv)
-		for r := 0; r < R; r++ {
-			wv := a.convertRaw(k, raw[r][u])
-			if k == wQ8 {
-				VMULPS(d[r], wv, wv)
+		wv := make([]VecVirtual, R)
+		for r := range wv {
+			wv[r] = a.convertRaw(k, raw[r][u])
+			if k != wF32 { // F32 multiplies raw as is: reload after the FMAs
+				reload(r, u)
 			}
-			VFMADD231PS(wv, xv, acc[0][r])
-			if next { // after the last use of raw[r][u] (F32 multiplies it as is)
-				a.loadRaw(k, w.at(r, dotStepBytes(a, k)+a.rawOffset(k, u)), raw[r][u])
+			if k == wQ8 {
+				VMULPS(d[r], wv[r], wv[r])
+			}
+		}
+		for t := 0; t < T; t++ {
+			xv := a.vec()
+			VMOVUPS(x.at(t, 4*a.V*u), xv)
+			for r := 0; r < R; r++ {
+				VFMADD231PS(wv[r], xv, acc[t][r])
+			}
+		}
+		if k == wF32 {
+			for r := range wv {
+				reload(r, u)
 			}
 		}
 	}
