@@ -188,12 +188,17 @@ func (a arch) q8Scale(m Mem) VecVirtual {
 
 // pipelined reports whether the dot kernel of R rows and T tokens loads
 // each step's weights one step ahead (genDotPipelined): decode-sized
-// kernels (T ≤ 2, which also prefetch the next rows) on zmm, when the
-// registers hold the accumulators, a step's weights as stored, their
-// float32 conversions, the Q8_0 scales and a token vector.
+// kernels (T ≤ 2, which also prefetch the next rows), when the registers
+// (32 zmm, 16 ymm) hold the accumulators, a step's weights as stored,
+// their float32 conversions, the Q8_0 scales and a token vector. On ymm
+// that leaves F32's four-row tile and the single-row kernels.
 func pipelined(a arch, k wkind, R, T int) bool {
-	if !a.zmm || T > 2 {
+	if T > 2 {
 		return false
+	}
+	limit := 32
+	if !a.zmm {
+		limit = 16
 	}
 	nv := dotStepElems(a, k) / a.V
 	regs := R*T + R*nv + 1 // accumulators, raw weights, token vector
@@ -204,7 +209,7 @@ func pipelined(a arch, k wkind, R, T int) bool {
 	default:
 		regs += R
 	}
-	return regs <= 32
+	return regs <= limit
 }
 
 // genDotPipelined is the loop of a one-token dot kernel with its weight
@@ -300,10 +305,10 @@ func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVir
 // rawReg allocates a register for one vector of weights as stored: a full
 // vector of F32, half of one of F16 or BF16, a quarter of int8.
 func (a arch) rawReg(k wkind) VecVirtual {
-	switch k {
-	case wF32:
+	switch {
+	case k == wF32:
 		return a.vec()
-	case wF16, wBF16:
+	case (k == wF16 || k == wBF16) && a.zmm:
 		return YMM()
 	}
 	return XMM()
@@ -323,14 +328,19 @@ func (a arch) rawOffset(k wkind, u int) int {
 	return 34*b + 2 + v
 }
 
-// loadRaw loads one vector of weights as stored (EVEX moves, which can
-// name registers 16-31).
+// loadRaw loads one vector of weights as stored: on zmm with EVEX moves,
+// which can name registers 16-31; on ymm with VEX ones (an int8 vector is
+// 8 bytes there).
 func (a arch) loadRaw(k wkind, m Mem, dst VecVirtual) {
-	switch k {
-	case wF32:
+	switch {
+	case k == wF32:
 		VMOVUPS(m, dst)
-	default:
+	case a.zmm:
 		VMOVDQU32(m, dst)
+	case k == wF16 || k == wBF16:
+		VMOVDQU(m, dst)
+	default:
+		VMOVQ(m, dst)
 	}
 }
 
