@@ -190,8 +190,10 @@ func (a arch) q8Scale(m Mem) VecVirtual {
 // each step's weights one step ahead (genDotPipelined): decode-sized
 // kernels (T ≤ 2, which also prefetch the next rows), when the registers
 // (32 zmm, 16 ymm) hold the accumulators, a step's weights as stored,
-// their float32 conversions, the Q8_0 scales and a token vector. On ymm
-// that leaves F32's four-row tile and the single-row kernels.
+// their float32 conversions (one at a time for one token, a row's each for
+// two), the Q8_0 scales, a token vector and, where a raw register holds
+// two vectors, the extracted upper half. On ymm that leaves the four-row
+// tiles of F32, F16 and BF16 and the single-row kernels.
 func pipelined(a arch, k wkind, R, T int) bool {
 	if T > 2 {
 		return false
@@ -200,14 +202,19 @@ func pipelined(a arch, k wkind, R, T int) bool {
 	if !a.zmm {
 		limit = 16
 	}
-	nv := dotStepElems(a, k) / a.V
-	regs := R*T + R*nv + 1 // accumulators, raw weights, token vector
-	switch k {
-	case wF32: // multiplied as loaded
-	case wQ8:
-		regs += 2 * R // converted, scales
-	default:
+	per := a.rawPer(k)
+	regs := R*T + R*dotStepElems(a, k)/a.V/per + 1 // accumulators, raw weights, token vector
+	switch {
+	case T == 1:
+		regs++ // one conversion at a time
+	case k != wF32: // F32 is multiplied as loaded
 		regs += R
+	}
+	if k == wQ8 {
+		regs += R // scales
+	}
+	if per > 1 {
+		regs++ // upper half
 	}
 	return regs <= limit
 }
@@ -226,19 +233,19 @@ func pipelined(a arch, k wkind, R, T int) bool {
 func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirtual) {
 	R := len(acc[0])
 	E := dotStepElems(a, k)
-	nv := E / a.V
-	raw := make([][]VecVirtual, R) // raw[r][u]: vector u of row r, as stored
+	nr := E / a.V / a.rawPer(k)
+	raw := make([][]VecVirtual, R) // raw[r][i]: raw register i of row r's step
 	for r := range raw {
-		raw[r] = make([]VecVirtual, nv)
-		for u := range raw[r] {
-			raw[r][u] = a.rawReg(k)
+		raw[r] = make([]VecVirtual, nr)
+		for i := range raw[r] {
+			raw[r][i] = a.rawReg(k)
 		}
 	}
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
 	for r := range raw {
-		for u := range raw[r] {
-			a.loadRaw(k, w.at(r, a.rawOffset(k, u)), raw[r][u])
+		for i := range raw[r] {
+			a.loadRaw(k, w.at(r, a.rawOffset(k, i)), raw[r][i])
 		}
 	}
 	DECQ(n)
@@ -260,13 +267,18 @@ func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirt
 
 // dotStep is one step of genDotPipelined: converts raw into float32
 // weights (Q8_0: times the block's d) and adds their products with the
-// token into acc, in genDot's order; when next is set, each raw register
-// is then reloaded from the next step.
+// tokens into acc, in genDot's order; when next is set, each raw register
+// is reloaded from the next step after its last use. One token converts,
+// multiplies and reloads row by row (the fewest registers); two convert
+// a vector of every row first, then multiply each token.
 func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVirtual, next bool) {
-	R, nv, T := len(raw), len(raw[0]), len(acc)
+	R, T := len(raw), len(acc)
+	per := a.rawPer(k)
+	nv := len(raw[0]) * per
 	reload := func(r, u int) {
-		if next {
-			a.loadRaw(k, w.at(r, dotStepBytes(a, k)+a.rawOffset(k, u)), raw[r][u])
+		if next && u%per == per-1 {
+			i := u / per
+			a.loadRaw(k, w.at(r, dotStepBytes(a, k)+a.rawOffset(k, i)), raw[r][i])
 		}
 	}
 	var d []VecVirtual
@@ -277,14 +289,27 @@ func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVir
 				d[r] = a.q8Scale(w.at(r, u*a.V/32*34))
 			}
 		}
+		convert := func(r int) VecVirtual {
+			v := a.convertRaw(k, raw[r][u/per], u%per)
+			if k == wQ8 {
+				VMULPS(d[r], v, v)
+			}
+			return v
+		}
+		if T == 1 {
+			xv := a.vec()
+			VMOVUPS(x.at(0, 4*a.V*u), xv)
+			for r := 0; r < R; r++ {
+				VFMADD231PS(convert(r), xv, acc[0][r])
+				reload(r, u) // after the FMA: F32 multiplies raw as is
+			}
+			continue
+		}
 		wv := make([]VecVirtual, R)
 		for r := range wv {
-			wv[r] = a.convertRaw(k, raw[r][u])
-			if k != wF32 { // F32 multiplies raw as is: reload after the FMAs
+			wv[r] = convert(r)
+			if k != wF32 {
 				reload(r, u)
-			}
-			if k == wQ8 {
-				VMULPS(d[r], wv[r], wv[r])
 			}
 		}
 		for t := 0; t < T; t++ {
@@ -302,20 +327,32 @@ func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVir
 	}
 }
 
-// rawReg allocates a register for one vector of weights as stored: a full
-// vector of F32, half of one of F16 or BF16, a quarter of int8.
+// rawPer is how many weight vectors one raw register holds: two F16 or
+// BF16 vectors on ymm (a 32-byte load, converted half by half: four rows'
+// steps fit 16 registers that way), else one.
+func (a arch) rawPer(k wkind) int {
+	if !a.zmm && (k == wF16 || k == wBF16) {
+		return 2
+	}
+	return 1
+}
+
+// rawReg allocates a register for one raw register's weights as stored:
+// a full vector of F32, half of one of F16 or BF16 (two halves on ymm), a
+// quarter of int8.
 func (a arch) rawReg(k wkind) VecVirtual {
 	switch {
-	case k == wF32:
+	case k == wF32, a.rawPer(k) > 1:
 		return a.vec()
-	case (k == wF16 || k == wBF16) && a.zmm:
+	case k == wF16 || k == wBF16:
 		return YMM()
 	}
 	return XMM()
 }
 
-// rawOffset is the byte offset of vector u of a step in a weight row.
-func (a arch) rawOffset(k wkind, u int) int {
+// rawOffset is the byte offset of raw register i of a step in a weight row.
+func (a arch) rawOffset(k wkind, i int) int {
+	u := i * a.rawPer(k) // its first vector
 	switch k {
 	case wF32:
 		return 4 * a.V * u
@@ -344,21 +381,30 @@ func (a arch) loadRaw(k wkind, m Mem, dst VecVirtual) {
 	}
 }
 
-// convertRaw returns raw's weights as float32 (before Q8_0's scale): the
-// arithmetic of loadW, from a register.
-func (a arch) convertRaw(k wkind, raw VecVirtual) VecVirtual {
+// convertRaw returns the weights of part p of raw as float32 (before
+// Q8_0's scale): the arithmetic of loadW, from a register.
+func (a arch) convertRaw(k wkind, raw VecVirtual, p int) VecVirtual {
 	if k == wF32 {
 		return raw
+	}
+	var src Op = raw
+	if a.rawPer(k) > 1 {
+		src = raw.AsX()
+		if p == 1 {
+			h := XMM()
+			VEXTRACTI128(U8(1), raw, h)
+			src = h
+		}
 	}
 	v := a.vec()
 	switch k {
 	case wF16:
-		VCVTPH2PS(raw, v)
+		VCVTPH2PS(src, v)
 	case wBF16:
-		VPMOVZXWD(raw, v)
+		VPMOVZXWD(src, v)
 		VPSLLD(U8(16), v, v)
 	case wI8, wQ8:
-		VPMOVSXBD(raw, v)
+		VPMOVSXBD(src, v)
 		VCVTDQ2PS(v, v)
 	}
 	return v

@@ -95,7 +95,7 @@ func genInOut(a arch, k wkind, K, T int) {
 			s := a.vec()
 			VMOVUPS(acc.at(0, 4*a.V*u), s)
 			for j := 0; j < K; j++ {
-				wv := a.convertRaw(k, raw[j][u])
+				wv := a.convertRaw(k, raw[j][u], 0)
 				VFMADD231PS(wv, xb[0][j], s)
 				if next {
 					a.loadRaw(k, w.at(j, line+u*stepBytes(a, k)), raw[j][u])
