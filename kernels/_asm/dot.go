@@ -193,7 +193,8 @@ func (a arch) q8Scale(m Mem) VecVirtual {
 // their float32 conversions (one at a time for one token, a row's each for
 // two), the Q8_0 scales, a token vector and, where a raw register holds
 // two vectors, the extracted upper half. On ymm that leaves the four-row
-// tiles of F32, F16 and BF16 and the single-row kernels.
+// tiles of F32, F16 and BF16, Q8_0's two-row tile and the single-row
+// kernels.
 func pipelined(a arch, k wkind, R, T int) bool {
 	if T > 2 {
 		return false
@@ -327,11 +328,12 @@ func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVir
 	}
 }
 
-// rawPer is how many weight vectors one raw register holds: two F16 or
-// BF16 vectors on ymm (a 32-byte load, converted half by half: four rows'
-// steps fit 16 registers that way), else one.
+// rawPer is how many weight vectors one raw register holds: on ymm two
+// F16 or BF16 vectors (a 32-byte load, converted half by half) and two
+// Q8_0 vectors (16 bytes), so that a tile's step fits 16 registers; else
+// one.
 func (a arch) rawPer(k wkind) int {
-	if !a.zmm && (k == wF16 || k == wBF16) {
+	if !a.zmm && (k == wF16 || k == wBF16 || k == wQ8) {
 		return 2
 	}
 	return 1
@@ -339,10 +341,10 @@ func (a arch) rawPer(k wkind) int {
 
 // rawReg allocates a register for one raw register's weights as stored:
 // a full vector of F32, half of one of F16 or BF16 (two halves on ymm), a
-// quarter of int8.
+// quarter of int8 (two quarters of Q8_0 on ymm).
 func (a arch) rawReg(k wkind) VecVirtual {
 	switch {
-	case k == wF32, a.rawPer(k) > 1:
+	case k == wF32, (k == wF16 || k == wBF16) && a.rawPer(k) > 1:
 		return a.vec()
 	case k == wF16 || k == wBF16:
 		return YMM()
@@ -374,7 +376,7 @@ func (a arch) loadRaw(k wkind, m Mem, dst VecVirtual) {
 		VMOVUPS(m, dst)
 	case a.zmm:
 		VMOVDQU32(m, dst)
-	case k == wF16 || k == wBF16:
+	case k == wF16 || k == wBF16 || a.rawPer(k) > 1:
 		VMOVDQU(m, dst)
 	default:
 		VMOVQ(m, dst)
@@ -388,7 +390,15 @@ func (a arch) convertRaw(k wkind, raw VecVirtual, p int) VecVirtual {
 		return raw
 	}
 	var src Op = raw
-	if a.rawPer(k) > 1 {
+	switch {
+	case a.rawPer(k) == 1:
+	case k == wQ8: // two 8-byte vectors in an xmm
+		if p == 1 {
+			h := XMM()
+			VPSHUFD(U8(0xEE), raw, h)
+			src = h
+		}
+	default: // two 16-byte vectors in a ymm
 		src = raw.AsX()
 		if p == 1 {
 			h := XMM()
