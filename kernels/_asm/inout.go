@@ -77,89 +77,29 @@ func genInOut(a arch, k wkind, K, T int) {
 			VMOVUPS(s, acc.at(t, 4*a.V*u))
 		}
 	}
-	if a.zmm && T == 1 && U > 1 {
-		// One-token kernels: each cache line's weights are loaded during
-		// the line before (see genDotPipelined). Same arithmetic, same
-		// order. The medium model as an xAI checkpoint decoded at 0.66-0.74
-		// of the read bandwidth loading in the step, 0.74-0.83 loading
-		// ahead (4 alternating rounds).
-		raw := make([][]VecVirtual, K) // raw[j][u]: vector u of row j's line
-		for j := range raw {
-			raw[j] = make([]VecVirtual, U)
-			for u := range raw[j] {
-				raw[j][u] = a.rawReg(k)
-			}
-		}
-		line := U * stepBytes(a, k)
-		pstep := func(u int, next bool) {
-			s := a.vec()
-			VMOVUPS(acc.at(0, 4*a.V*u), s)
-			for j := 0; j < K; j++ {
-				wv := a.convertRaw(k, raw[j][u], 0)
-				VFMADD231PS(wv, xb[0][j], s)
-				if next {
-					a.loadRaw(k, w.at(j, line+u*stepBytes(a, k)), raw[j][u])
+	if U > 1 {
+		r := GP64()
+		MOVQ(i, r)
+		ANDQ(U32(U-1), r)
+		SHRQ(U8(log2(U)), i)
+		JZ(LabelRef("rest"))
+		if a.zmm && T == 1 {
+			a.inoutLinesAhead(k, K, U, w, acc, xb[0], i)
+		} else {
+			Label("loop")
+			if pf {
+				for j := 0; j < K; j++ {
+					PREFETCHT0(w.at(j+K, 0))
 				}
 			}
-			VMOVUPS(s, acc.at(0, 4*a.V*u))
-		}
-		r := GP64()
-		MOVQ(i, r)
-		ANDQ(U32(U-1), r)
-		SHRQ(U8(log2(U)), i)
-		JZ(LabelRef("rest"))
-		for j := range raw {
-			for u := range raw[j] {
-				a.loadRaw(k, w.at(j, u*stepBytes(a, k)), raw[j][u])
+			for u := 0; u < U; u++ {
+				step(u)
 			}
+			w.advance(U * stepBytes(a, k))
+			acc.advance(U * 4 * a.V)
+			DECQ(i)
+			JNZ(LabelRef("loop"))
 		}
-		DECQ(i)
-		JZ(LabelRef("last"))
-		Label("loop")
-		for j := 0; j < K; j++ {
-			PREFETCHT0(w.at(j+K, 0))
-		}
-		for u := 0; u < U; u++ {
-			pstep(u, true)
-		}
-		w.advance(line)
-		acc.advance(U * 4 * a.V)
-		DECQ(i)
-		JNZ(LabelRef("loop"))
-		Label("last")
-		for u := 0; u < U; u++ {
-			pstep(u, false)
-		}
-		w.advance(line)
-		acc.advance(U * 4 * a.V)
-		Label("rest")
-		TESTQ(r, r)
-		JZ(LabelRef("next"))
-		Label("one")
-		step(0)
-		w.advance(stepBytes(a, k))
-		acc.advance(4 * a.V)
-		DECQ(r)
-		JNZ(LabelRef("one"))
-	} else if U > 1 {
-		r := GP64()
-		MOVQ(i, r)
-		ANDQ(U32(U-1), r)
-		SHRQ(U8(log2(U)), i)
-		JZ(LabelRef("rest"))
-		Label("loop")
-		if pf {
-			for j := 0; j < K; j++ {
-				PREFETCHT0(w.at(j+K, 0))
-			}
-		}
-		for u := 0; u < U; u++ {
-			step(u)
-		}
-		w.advance(U * stepBytes(a, k))
-		acc.advance(U * 4 * a.V)
-		DECQ(i)
-		JNZ(LabelRef("loop"))
 		Label("rest")
 		TESTQ(r, r)
 		JZ(LabelRef("next"))
@@ -203,4 +143,52 @@ func log2(n int) uint8 {
 		l++
 	}
 	return l
+}
+
+// inoutLinesAhead is the loop over i ≥ 1 whole cache lines of a one-token
+// inout kernel (K rows, U vectors a line, the K activation broadcasts xb)
+// with each line's weights loaded during the line before (see
+// genDotPipelined). Same arithmetic, same order. The medium model as an
+// xAI checkpoint decoded at 0.66-0.74 of the read bandwidth loading in the
+// step, 0.74-0.83 loading ahead (4 alternating rounds).
+func (a arch) inoutLinesAhead(k wkind, K, U int, w, acc *strided, xb []VecVirtual, i Register) {
+	raw := make([][]VecVirtual, K) // raw[j][u]: vector u of row j's line
+	for j := range raw {
+		raw[j] = make([]VecVirtual, U)
+		for u := range raw[j] {
+			raw[j][u] = a.rawReg(k)
+			a.loadRaw(k, w.at(j, u*stepBytes(a, k)), raw[j][u])
+		}
+	}
+	line := U * stepBytes(a, k)
+	step := func(u int, next bool) {
+		s := a.vec()
+		VMOVUPS(acc.at(0, 4*a.V*u), s)
+		for j := 0; j < K; j++ {
+			VFMADD231PS(a.convertRaw(k, raw[j][u], 0), xb[j], s)
+			if next {
+				a.loadRaw(k, w.at(j, line+u*stepBytes(a, k)), raw[j][u])
+			}
+		}
+		VMOVUPS(s, acc.at(0, 4*a.V*u))
+	}
+	DECQ(i)
+	JZ(LabelRef("last"))
+	Label("loop")
+	for j := 0; j < K; j++ {
+		PREFETCHT0(w.at(j+K, 0))
+	}
+	for u := 0; u < U; u++ {
+		step(u, true)
+	}
+	w.advance(line)
+	acc.advance(U * 4 * a.V)
+	DECQ(i)
+	JNZ(LabelRef("loop"))
+	Label("last")
+	for u := 0; u < U; u++ {
+		step(u, false)
+	}
+	w.advance(line)
+	acc.advance(U * 4 * a.V)
 }
