@@ -113,11 +113,7 @@ func genDot(a arch, k wkind, R, T int) {
 	Label("loop")
 	E := dotStepElems(a, k)
 	var d []VecVirtual
-	for r := 0; r < R && w.rows > R; r++ {
-		for off := 0; off < dotStepBytes(a, k); off += 64 {
-			PREFETCHT0(w.at(r+R, off))
-		}
-	}
+	a.prefetchNextRows(k, w, R)
 	for u := 0; u < E/a.V; u++ {
 		if k == wQ8 && u*a.V%32 == 0 {
 			// A new block: its scale d for every row.
@@ -148,6 +144,17 @@ func genDot(a arch, k wkind, R, T int) {
 	JNZ(LabelRef("loop"))
 
 	a.finish(acc, out, k == wI8)
+}
+
+// prefetchNextRows prefetches this step's lines of the R rows after the
+// tile's (where the next call starts), if the kernel addresses them
+// (prefetchRows).
+func (a arch) prefetchNextRows(k wkind, w *strided, R int) {
+	for r := 0; r < R && w.rows > R; r++ {
+		for off := 0; off < dotStepBytes(a, k); off += 64 {
+			PREFETCHT0(w.at(r+R, off))
+		}
+	}
 }
 
 // loadW loads vector u of the current step of weight row r as float32
@@ -220,7 +227,7 @@ func pipelined(a arch, k wkind, R, T int) bool {
 	return regs <= limit
 }
 
-// genDotPipelined is the loop of a one-token dot kernel with its weight
+// genDotPipelined is the loop of a decode-sized dot kernel with its weight
 // loads one step ahead of the arithmetic: step j converts the weights that
 // step j-1 loaded into registers, and loads those of step j+1 in their
 // place. A load that misses the cache then waits without an instruction of
@@ -252,11 +259,7 @@ func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirt
 	DECQ(n)
 	JZ(LabelRef("last"))
 	Label("loop")
-	for r := 0; r < R && w.rows > R; r++ {
-		for off := 0; off < dotStepBytes(a, k); off += 64 {
-			PREFETCHT0(w.at(r+R, off))
-		}
-	}
+	a.prefetchNextRows(k, w, R)
 	a.dotStep(k, w, x, raw, acc, true)
 	w.advance(dotStepBytes(a, k))
 	x.advance(4 * E)
