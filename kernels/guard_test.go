@@ -1,0 +1,84 @@
+//go:build linux
+
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/grok-go/grok/tensor"
+)
+
+// guarded returns a copy of b that ends exactly where an inaccessible page
+// begins, and the function that unmaps it. A kernel that loads a byte past
+// the end faults (the test process dies), as it would past the end of a
+// mapped model file. Prefetches past the end do not fault, and may happen.
+func guarded(t *testing.T, b []byte) ([]byte, func()) {
+	t.Helper()
+	page := syscall.Getpagesize()
+	pages := (len(b)+page-1)/page + 1
+	m, err := syscall.Mmap(-1, 0, pages*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatalf("mmap: %v", err)
+	}
+	if err := syscall.Mprotect(m[(pages-1)*page:], syscall.PROT_NONE); err != nil {
+		t.Fatalf("mprotect: %v", err)
+	}
+	g := m[(pages-1)*page-len(b) : (pages-1)*page]
+	copy(g, b)
+	return g, func() { syscall.Munmap(m) }
+}
+
+// Every kernel level reads a matrix's weights, and a token's activations,
+// without touching a byte past their ends: the decode kernels load the next
+// step's weights ahead of the arithmetic, and must stop at the last step.
+// The weights end at a guard page, and so does x; the products still equal
+// their definition.
+func TestKernelsStayInBounds(t *testing.T) {
+	cases := []struct {
+		dt      tensor.DType
+		inOut   bool
+		out, in int
+		shards  int
+	}{
+		{dt: tensor.F32, out: 9, in: 64},
+		{dt: tensor.F32, out: 13, in: 1000},
+		{dt: tensor.F16, out: 9, in: 64},
+		{dt: tensor.F16, out: 7, in: 1030},
+		{dt: tensor.BF16, out: 5, in: 96},
+		{dt: tensor.Q8_0, out: 9, in: 64},
+		{dt: tensor.Q8_0, out: 6, in: 32 * 37},
+		{dt: tensor.I8, out: 8, in: 256, shards: 2},
+		{dt: tensor.I8, inOut: true, out: 100, in: 600, shards: 1},
+		{dt: tensor.F16, inOut: true, out: 70, in: 300},
+	}
+	for _, exact := range []bool{true, false} {
+		restore := setExactQuant(exact)
+		forLevels(t, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 7))
+			for _, c := range cases {
+				for n := 1; n <= 3; n++ {
+					t.Run(fmt.Sprintf("exact=%v/%v-inOut=%v-%dx%d-n=%d", exact, c.dt, c.inOut, c.out, c.in, n), func(t *testing.T) {
+						tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, max(c.shards, 1), 0)
+						data, free := guarded(t, tm.m.Data)
+						defer free()
+						tm.m.Data = data
+						xs := randInputs(rng, n, c.in)
+						xb, freeX := guarded(t, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+						defer freeX()
+						x := unsafe.Slice((*float32)(unsafe.Pointer(&xb[0])), len(xs))
+						got := make([]float32, n*c.out)
+						MatMul(got, x, n, &tm.m)
+						if exact || !(c.dt == tensor.Q8_0 || c.dt == tensor.I8 && !c.inOut) {
+							checkDefinition(t, tm, x, got, n)
+						}
+					})
+				}
+			}
+		})
+		restore()
+	}
+}
