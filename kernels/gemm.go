@@ -340,10 +340,8 @@ func (ks *kernelSet) inoutRows(fam *inoutFamily, acc []float32, lda int, w []byt
 	xs, xr := x, x[g*K:]
 	if T > 1 {
 		buf := *xp
-		for i := 0; i < g; i++ {
-			for t := 0; t < T; t++ {
-				copy(buf[(i*T+t)*K:(i*T+t+1)*K], x[t*In+i*K:])
-			}
+		for t := 0; t < T; t++ {
+			packGroups(buf[t*K:], T*K, x[t*In:t*In+g*K], K)
 		}
 		for r := g * K; r < rows; r++ {
 			for t := 0; t < T; t++ {
@@ -357,6 +355,22 @@ func (ks *kernelSet) inoutRows(fam *inoutFamily, acc []float32, lda int, w []byt
 	}
 	if r := rows - g*K; r > 0 {
 		fam.one[T-1].call(&acc[0], 4*lda, &w[g*K*rb], rb, &xr[0], nv, r)
+	}
+}
+
+// packGroups copies the g = len(x)/K groups of K values of x to dst, group
+// i at dst[i·stride:]. It is inoutRows's packing, a few elements at a time:
+// a copy call per group cost a quarter of an xAI checkpoint's prefill.
+func packGroups(dst []float32, stride int, x []float32, K int) {
+	if K != 4 {
+		for i := 0; i*K < len(x); i++ {
+			copy(dst[i*stride:i*stride+K], x[i*K:])
+		}
+		return
+	}
+	for i, o := 0, 0; i+4 <= len(x); i, o = i+4, o+stride {
+		d, s := dst[o:o+4:o+4], x[i:i+4:i+4]
+		d[0], d[1], d[2], d[3] = s[0], s[1], s[2], s[3]
 	}
 }
 
