@@ -15,8 +15,9 @@ import "fmt"
 // drivers check every size before calling them. 0 names no kernel.
 type (
 	// dotKernel: out[t][r] += Σ_k W[r][k]·x[t][k] for an R×T tile over n
-	// steps of E weights (dotFamily), out rows ldo bytes apart; I8 kernels
-	// multiply the sums by scale[r] first. Call: (w *byte, ldw int,
+	// steps of E weights (dotFamily), out rows ldo bytes apart, summed span
+	// by span of dotSpan weights from the first step; I8 kernels multiply
+	// each span's sums by scale[r] first. Call: (w *byte, ldw int,
 	// x *float32, ldx int, n int, out *float32, ldo int, scale *float32).
 	dotKernel uint16
 	// intKernel is dotKernel over int8 weights and int8-quantised

@@ -52,12 +52,27 @@ func weightOffset(t tensor.DType, k int) int {
 	return k / tensor.Q8BlockSize * tensor.Q8BlockBytes
 }
 
+// dotSpan is the grid on which the dot-form kernels sum along the input
+// axis: each product of a weight row with a token's activations is summed
+// in registers over spans of dotSpan elements, counted from the start of
+// the row (of each scale shard, for I8), and the spans' sums are added to
+// the output in order. The grid is the same for every number of tokens and
+// every chunking, so a token's result has the same bits in a batch of any
+// size, in a prompt or decoded alone (TestTokenAloneEqualsInBatch), and
+// what a server returns for a request does not depend on what else it is
+// decoding. Without the grid, prefill chunks that depended on the number
+// of tokens changed the sums of rows longer than a chunk (768 elements for
+// 128 tokens). Every family's step (E, 32·B) divides it, and the kernels
+// count it themselves (sumSpan, generated), so one call can cover a whole
+// row: decode reads each row front to back.
+const dotSpan = 2048
+
 // chunk returns the input-axis chunk for n tokens: all of seg when the
-// activations fit in l2Budget, else a multiple of unit elements (at least
-// 16 units).
-func chunk(n, seg, bytesPerElem, unit int) int {
-	c := l2Budget / (n * bytesPerElem) / unit * unit
-	return min(seg, max(c, 16*unit))
+// activations fit in l2Budget, else a whole number of spans of span units
+// (at least one), so that every chunk starts on the grid of dotSpan.
+func chunk(n, seg, bytesPerElem, span int) int {
+	c := l2Budget / (n * bytesPerElem) / span * span
+	return min(seg, max(c, span))
 }
 
 // forTiles runs unit(s, c0, c1, r0, R) over every row block [r0, r0+R) of
@@ -67,7 +82,8 @@ func chunk(n, seg, bytesPerElem, unit int) int {
 // weights stream once. Decode (n ≤ T, no chunking) runs row block by row
 // block instead, so that a row with several shards is still read front to
 // back. Either way each output element receives its chunks in the same
-// order, so the result does not depend on the order, nor on lo and hi.
+// order, and every chunk starts on the dotSpan grid, so the result does not
+// depend on the order, nor on n, lo and hi.
 func forTiles(n, T, lo, hi, Rmax, shards, seg, c int, unit func(s, c0, c1, r0, R int)) {
 	rows := func(s, c0, c1 int) {
 		for r0 := lo; r0 < hi; {
@@ -115,7 +131,7 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	for t := 0; t < n; t++ {
 		clear(dst[t*Out+lo : t*Out+hi])
 	}
-	c := chunk(n, seg, 4, fam.E)
+	c := chunk(n, seg, 4, dotSpan)
 	if n <= fam.T && !scaled && c >= seg {
 		dotDecode(dst, x, n, m, lo, hi, fam, rb)
 		return
@@ -213,7 +229,7 @@ func (ks *kernelSet) intMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	nbs, ldx := qa.nbs, qa.nbt*32
 	full := seg / 32 // whole blocks a shard
 	// Chunks and shards are counted in activation blocks.
-	forTiles(n, fam.T, lo, hi, fam.R, shards, nbs, chunk(n, nbs, 96, fam.B), func(s, b0, b1, r0, R int) {
+	forTiles(n, fam.T, lo, hi, fam.R, shards, nbs, chunk(n, nbs, 96, dotSpan/32), func(s, b0, b1, r0, R int) {
 		steps := max(0, min(b1, full)-b0) / fam.B
 		bt := b0 + steps*fam.B // first block left to Go
 		kern := fam.full

@@ -98,7 +98,8 @@ func MatMul(dst, x []float32, n int, m *Mat) {
 
 // MatMulRows computes output columns [lo, hi) of MatMul only (dst is still
 // n×Out); disjoint ranges may run concurrently. The result does not depend
-// on how the columns are split.
+// on how the columns are split, and a token's outputs do not depend on the
+// other tokens of the call (dotSpan).
 func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 	if n <= 0 || lo >= hi {
 		return

@@ -176,6 +176,10 @@ func randCases(rng *rand.Rand, count int) []matCase {
 		matCase{dt: tensor.I8, inOut: true, n: 21, out: 70, in: 300, shards: 3},
 		matCase{dt: tensor.BF16, inOut: true, n: 50, out: 2000, in: 40},
 		matCase{dt: tensor.F32, n: 1, out: 5, in: 1 << 16},
+		// Decode-sized products over several dotSpan spans.
+		matCase{dt: tensor.F16, n: 2, out: 11, in: 4400},
+		matCase{dt: tensor.Q8_0, n: 1, out: 6, in: 32 * 150},
+		matCase{dt: tensor.BF16, n: 4, out: 9, in: 6500},
 		// [in, out] products over several row pieces and blocks, with rows
 		// left over from whole groups of the kernels.
 		matCase{dt: tensor.I8, inOut: true, n: 1, out: 100, in: 1030, shards: 1},
@@ -618,42 +622,72 @@ func TestMatMulRowsConcurrent(t *testing.T) {
 	}
 }
 
+// Every kernel family's step divides dotSpan, so that the kernels' spans
+// end on step boundaries and every chunk of the drivers starts on one.
+func TestSpanFitsEveryFamily(t *testing.T) {
+	for i, ks := range levels {
+		if ks == nil {
+			continue
+		}
+		for k, f := range ks.dot {
+			if f.E <= 0 || dotSpan%f.E != 0 {
+				t.Errorf("%s: dot family %d steps %d elements, not a divisor of %d", levelName(i), k, f.E, dotSpan)
+			}
+		}
+		for k, f := range ks.int8 {
+			if f.B <= 0 || dotSpan%(32*f.B) != 0 {
+				t.Errorf("%s: int8 family %d steps %d blocks, not a divisor of %d elements", levelName(i), k, f.B, dotSpan)
+			}
+		}
+	}
+}
+
 // A token's outputs are the same bits whether it is multiplied alone (the
-// one-token decode kernels) or among other tokens (the tiled kernels), as
-// long as the batch's activations fit one cache block (no k-chunking): the
-// model's "a batch equals each sequence alone" rests on it. Batches of more
-// than a tile's tokens take the tiled path, batches of 3 the decode path.
+// one-token decode kernels) or among other tokens (the tiled kernels), with
+// float32 and with int8-quantised activations: the model's "a batch equals
+// each sequence alone" rests on it. Batches of more than a tile's tokens
+// take the tiled path, batches of 3 the decode path; the long rows (more
+// than dotSpan elements, ragged) with many tokens make the tiled path cut
+// the input axis into chunks, which must fall on the dotSpan grid.
 func TestTokenAloneEqualsInBatch(t *testing.T) {
-	defer setExactQuant(true)()
-	forLevels(t, func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(21, 22))
-		for _, c := range []matCase{
-			{dt: tensor.F32, n: 13, out: 67, in: 100},
-			{dt: tensor.F16, n: 7, out: 40, in: 200},
-			{dt: tensor.BF16, n: 5, out: 33, in: 70},
-			{dt: tensor.Q8_0, n: 11, out: 50, in: 160},
-			{dt: tensor.I8, n: 6, out: 45, in: 90, shards: 3},
-			{dt: tensor.I8, inOut: true, n: 8, out: 70, in: 150, shards: 2},
-			{dt: tensor.F16, inOut: true, n: 3, out: 33, in: 77},
-			{dt: tensor.F32, inOut: true, n: 9, out: 130, in: 41},
-		} {
-			tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, max(c.shards, 1), 0)
-			x := randInputs(rng, c.n, c.in)
-			for _, n := range []int{c.n, 3} {
-				batch := make([]float32, n*c.out)
-				MatMul(batch, x, n, &tm.m)
-				one := make([]float32, c.out)
-				for tok := 0; tok < n; tok++ {
-					MatMul(one, x[tok*c.in:(tok+1)*c.in], 1, &tm.m)
-					for i, v := range one {
-						if w := batch[tok*c.out+i]; math.Float32bits(v) != math.Float32bits(w) {
-							t.Fatalf("%v: token %d output %d alone = %g, in a batch of %d %g", c, tok, i, v, n, w)
+	for _, exact := range []bool{true, false} {
+		restore := setExactQuant(exact)
+		forLevels(t, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(21, 22))
+			for _, c := range []matCase{
+				{dt: tensor.F32, n: 13, out: 67, in: 100},
+				{dt: tensor.F16, n: 7, out: 40, in: 200},
+				{dt: tensor.BF16, n: 5, out: 33, in: 70},
+				{dt: tensor.Q8_0, n: 11, out: 50, in: 160},
+				{dt: tensor.I8, n: 6, out: 45, in: 90, shards: 3},
+				{dt: tensor.I8, inOut: true, n: 8, out: 70, in: 150, shards: 2},
+				{dt: tensor.F16, inOut: true, n: 3, out: 33, in: 77},
+				{dt: tensor.F32, inOut: true, n: 9, out: 130, in: 41},
+				{dt: tensor.F32, n: 24, out: 9, in: 5000},
+				{dt: tensor.F16, n: 30, out: 10, in: 4999},
+				{dt: tensor.BF16, n: 21, out: 6, in: 6001},
+				{dt: tensor.Q8_0, n: 25, out: 9, in: 4640},
+				{dt: tensor.I8, n: 40, out: 7, in: 6150, shards: 2},
+			} {
+				tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, max(c.shards, 1), 0)
+				x := randInputs(rng, c.n, c.in)
+				for _, n := range []int{c.n, 3} {
+					batch := make([]float32, n*c.out)
+					MatMul(batch, x, n, &tm.m)
+					one := make([]float32, c.out)
+					for tok := 0; tok < n; tok++ {
+						MatMul(one, x[tok*c.in:(tok+1)*c.in], 1, &tm.m)
+						for i, v := range one {
+							if w := batch[tok*c.out+i]; math.Float32bits(v) != math.Float32bits(w) {
+								t.Fatalf("exact=%v %v: token %d output %d alone = %g, in a batch of %d %g", exact, c, tok, i, v, n, w)
+							}
 						}
 					}
 				}
 			}
-		}
-	})
+		})
+		restore()
+	}
 }
 
 // MatMulBlock and CombineBlocks give MatMulRows' bits for int8 [in, out]

@@ -12,172 +12,172 @@ func cpuid(leaf uint32, sub uint32) (a uint32, b uint32, c uint32, d uint32)
 //go:noescape
 func quantQ8_AVX2(x *float32, n int, xq *byte, dx *float32, cr *int32)
 
-// dotF32_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 1 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 1 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_2x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_2x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_2x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_2x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_2x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_2x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_2x3_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_2x3_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_2x3_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x3_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x3_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x3_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_2x1_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_2x1_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_2x1_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x1_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x1_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x1_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_2x2_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_2x2_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_2x2_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x2_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x2_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x2_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_2x3_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_2x3_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_2x3_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x3_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x3_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x3_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_2x1_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_2x1_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_2x1_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x1_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x1_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x1_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_2x2_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_2x2_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_2x2_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x2_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x2_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x2_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_2x3_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_2x3_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_2x3_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x3_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x3_AVX2 adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x3_AVX2(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -302,372 +302,372 @@ func addScaled_AVX2(d *float32, sc *float32, a *float32, n int)
 //go:noescape
 func quantQ8_AVX512(x *float32, n int, xq *byte, dx *float32, cr *int32)
 
-// dotF32_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 1 F32 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 1 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 1 F32 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 1 F32 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 1 F32 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 4 F32 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF32_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements to out[t][r] for 1 F32 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF32_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 1 F32 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF32_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 F16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 F16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 F16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotF16_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotF16_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotF16_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotBF16_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotBF16_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 1 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotBF16_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotI8_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotI8_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotI8_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// dotQ8_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+// dotQ8_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
 func dotQ8_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_4x1_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_4x1_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_4x1_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x1_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x1_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x1_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_4x2_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_4x2_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_4x2_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x2_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x2_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x2_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_4x3_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_4x3_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_4x3_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x3_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x3_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x3_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_4x4_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 4 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_4x4_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 4 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_4x4_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x4_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 4 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x4_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 4 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x4_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_4x1_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_4x1_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_4x1_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x1_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x1_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x1_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_4x2_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_4x2_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_4x2_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x2_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x2_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x2_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_4x3_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 4 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_4x3_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_4x3_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x3_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x3_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x3_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_4x4_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 4 I8 weight rows (stride ldw bytes), 4 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_4x4_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 4 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_4x4_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x4_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 4 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x4_VNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 4 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x4_VNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -947,62 +947,62 @@ func softcap_AVX512(x *float32, n int, mult float32, m2c float32, c float32)
 //go:noescape
 func addScaled_AVX512(d *float32, sc *float32, a *float32, n int)
 
-// intQ8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_2x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_2x2_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_2x2_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_2x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x2_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x2_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_2x3_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_2x3_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intQ8_1x3_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intQ8_1x3_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 Q8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intQ8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_2x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x1_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x1_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x1_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_2x2_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_2x2_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_2x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x2_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x2_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 2 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x2_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_2x3_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 2 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_2x3_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// intI8_1x3_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
+// intI8_1x3_AVXVNNI adds Σ_blocks dx[t][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 1 I8 weight rows (stride ldw bytes), 3 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
 //go:noescape
 func intI8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)

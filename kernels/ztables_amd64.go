@@ -714,6 +714,10 @@ func (k softcapKernel) call(x *float32, n int, mult, m2c, c float32) {
 	}
 }
 
+// sumSpan is the span the dot-form kernels sum over (kernels/_asm);
+// it must equal dotSpan.
+const sumSpan = 2048
+
 const quantAVX2 = k_quantQ8_AVX2
 
 var dotAVX2 = [...]dotFamily{

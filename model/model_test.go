@@ -77,43 +77,67 @@ func TestIncrementalEqualsFullPass(t *testing.T) {
 // A ragged batch (different lengths and different memory steps) gives each
 // sequence exactly the logits it gets alone.
 func TestRaggedBatchEqualsAlone(t *testing.T) {
-	c := testmodel.SmallConfig()
-	lm := mustModel(t, c, testmodel.Random(c, 3))
-	rng := rand.New(rand.NewPCG(4, 4))
-	prefix := [][]int{randTokens(rng, 5, c.VocabSize, false), nil, randTokens(rng, 2, c.VocabSize, true)}
-	next := [][]int{randTokens(rng, 3, c.VocabSize, false), randTokens(rng, 9, c.VocabSize, true), randTokens(rng, 1, c.VocabSize, false)}
+	// long: experts' linear_1 rows span several of the kernels' sum spans
+	// (kernels.dotSpan) and the batch routes enough tokens to one expert
+	// that the prefill kernels cut the input axis into chunks, which the
+	// tokens of one sequence alone do not.
+	long := testmodel.SmallConfig()
+	long.NumLayers, long.FFNSize, long.SequenceLen = 1, 2600, 128
+	for _, tc := range []struct {
+		name         string
+		c            model.Config
+		prefix, next []int // tokens per sequence; prefix 0: none
+	}{
+		{"small", testmodel.SmallConfig(), []int{5, 0, 2}, []int{3, 9, 1}},
+		{"long", long, []int{20, 0, 7}, []int{40, 50, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c
+			lm := mustModel(t, c, testmodel.Random(c, 3))
+			rng := rand.New(rand.NewPCG(4, 4))
+			var prefix, next [][]int
+			for i := range tc.prefix {
+				var p []int
+				if tc.prefix[i] > 0 {
+					p = randTokens(rng, tc.prefix[i], c.VocabSize, i == 2)
+				}
+				prefix = append(prefix, p)
+				next = append(next, randTokens(rng, tc.next[i], c.VocabSize, i == 1))
+			}
 
-	mem, _ := model.NewKVMemory(&c, 4, 0)
-	var pre []model.Input
-	for i, p := range prefix {
-		if p != nil {
-			pre = append(pre, model.Input{Slot: i + 1, Tokens: p})
-		}
-	}
-	if _, err := lm.Forward(mem, pre); err != nil {
-		t.Fatal(err)
-	}
-	var in []model.Input
-	for i, n := range next {
-		in = append(in, model.Input{Slot: i + 1, Tokens: n, AllLogits: true})
-	}
-	batch, err := lm.Forward(mem, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch = slices.Clone(batch)
-	off := 0
-	for i := range next {
-		want, err := testmodel.FullLogits(lm, append(slices.Clone(prefix[i]), next[i]...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = want[len(prefix[i])*c.VocabSize:]
-		got := batch[off : off+len(want)]
-		off += len(want)
-		if d := testmodel.MaxAbsDiff(got, want); d != 0 {
-			t.Errorf("sequence %d: batch vs alone max |Δ| = %g, want bit-identical", i, d)
-		}
+			mem, _ := model.NewKVMemory(&c, 4, 0)
+			var pre []model.Input
+			for i, p := range prefix {
+				if p != nil {
+					pre = append(pre, model.Input{Slot: i + 1, Tokens: p})
+				}
+			}
+			if _, err := lm.Forward(mem, pre); err != nil {
+				t.Fatal(err)
+			}
+			var in []model.Input
+			for i, n := range next {
+				in = append(in, model.Input{Slot: i + 1, Tokens: n, AllLogits: true})
+			}
+			batch, err := lm.Forward(mem, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = slices.Clone(batch)
+			off := 0
+			for i := range next {
+				want, err := testmodel.FullLogits(lm, append(slices.Clone(prefix[i]), next[i]...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = want[len(prefix[i])*c.VocabSize:]
+				got := batch[off : off+len(want)]
+				off += len(want)
+				if d := testmodel.MaxAbsDiff(got, want); d != 0 {
+					t.Errorf("sequence %d: batch vs alone max |Δ| = %g, want bit-identical", i, d)
+				}
+			}
+		})
 	}
 }
 

@@ -132,13 +132,53 @@ func (a arch) newAccs(T, R int) [][]VecVirtual {
 // per-row scales of the scale parameter when scaled), and the return.
 func (a arch) finish(acc [][]VecVirtual, out *strided, scaled bool) {
 	Label("reduce")
+	a.reduceAddScaled(acc, out, scaled)
+	VZEROUPPER()
+	RET()
+}
+
+// reduceAddScaled is reduceAdd with the scale parameter when scaled.
+func (a arch) reduceAddScaled(acc [][]VecVirtual, out *strided, scaled bool) {
 	var scale Register
 	if scaled {
 		scale = Load(Param("scale"), GP64())
 	}
 	a.reduceAdd(acc, out, scale)
-	VZEROUPPER()
-	RET()
+}
+
+// sumSpan is kernels.dotSpan: the dot-form kernels sum each product in
+// registers over spans of this many input elements, counted from the
+// call's first step, and add each span's sums to out in order, so that a
+// product's bits do not depend on how many tokens share the call nor on
+// how the caller chunks the input axis (it starts every call on a span).
+const sumSpan = 2048
+
+// spanCounter counts the steps left in a kernel's current span.
+type spanCounter struct {
+	left  GPVirtual
+	steps int // steps per span
+}
+
+func newSpanCounter(steps int) *spanCounter {
+	c := &spanCounter{left: GP64(), steps: steps}
+	MOVQ(U32(steps), c.left)
+	return c
+}
+
+// next ends a step that is not the kernel's last: it jumps back to loop,
+// first adding the accumulators' sums to out and clearing them when the
+// step ended a span.
+func (a arch) next(c *spanCounter, loop string, acc [][]VecVirtual, out *strided, scaled bool) {
+	DECQ(c.left)
+	JNZ(LabelRef(loop))
+	a.reduceAddScaled(acc, out, scaled)
+	for t := range acc {
+		for _, v := range acc[t] {
+			a.zero(v)
+		}
+	}
+	MOVQ(U32(c.steps), c.left)
+	JMP(LabelRef(loop))
 }
 
 // reduceAdd sums the lanes of the R×T accumulators acc[t][r] and adds

@@ -89,22 +89,25 @@ func dotName(a arch, k wkind, R, T int) string {
 }
 
 // genDot emits the dot-form kernel for R rows of W ([out][in] layout) and T
-// tokens: out[t·ldo/4+r] += Σ_{k < n·E} W[r][k]·x[t][k], E = dotStepElems. Each
-// weight vector is loaded and converted once per step and used for all T
-// tokens; each token vector once and used for all R rows.
+// tokens: out[t·ldo/4+r] += Σ_{k < n·E} W[r][k]·x[t][k], E = dotStepElems,
+// summed in registers over spans of sumSpan elements from k = 0, each span's
+// sum added to out in turn. Each weight vector is loaded and converted once
+// per step and used for all T tokens; each token vector once and used for
+// all R rows.
 func genDot(a arch, k wkind, R, T int) {
 	TEXT(dotName(a, k, R, T), NOSPLIT, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n steps of %d elements to out[t][r] for %d %s weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).",
-		dotName(a, k, R, T), dotStepElems(a, k), R, k, T))
+	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n steps of %d elements, span by span of %d elements, to out[t][r] for %d %s weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).",
+		dotName(a, k, R, T), dotStepElems(a, k), sumSpan, R, k, T))
 	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R, T))
 	x := newStrided(Load(Param("x"), GP64()), Load(Param("ldx"), GP64()), T)
 	n := Load(Param("n"), GP64())
 	out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
 
 	acc := a.newAccs(T, R)
+	span := newSpanCounter(sumSpan / dotStepElems(a, k))
 	if pipelined(a, k, R, T) {
-		genDotPipelined(a, k, w, x, n, acc)
+		genDotPipelined(a, k, w, x, n, acc, span, out)
 		a.finish(acc, out, k == wI8)
 		return
 	}
@@ -141,7 +144,8 @@ func genDot(a arch, k wkind, R, T int) {
 	w.advance(dotStepBytes(a, k))
 	x.advance(4 * E)
 	DECQ(n)
-	JNZ(LabelRef("loop"))
+	JZ(LabelRef("reduce"))
+	a.next(span, "loop", acc, out, k == wI8)
 
 	a.finish(acc, out, k == wI8)
 }
@@ -238,7 +242,7 @@ func pipelined(a arch, k wkind, R, T int) bool {
 // one-token products) with two threads: 0.82–0.84 of the read loop's
 // bandwidth loading in the step, 1.0 loading ahead. The last step loads
 // nothing (the next step's bytes may be past the end of the weights).
-func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirtual) {
+func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirtual, span *spanCounter, out *strided) {
 	R := len(acc[0])
 	E := dotStepElems(a, k)
 	nr := E / a.V / a.rawPer(k)
@@ -264,7 +268,8 @@ func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirt
 	w.advance(dotStepBytes(a, k))
 	x.advance(4 * E)
 	DECQ(n)
-	JNZ(LabelRef("loop"))
+	JZ(LabelRef("last"))
+	a.next(span, "loop", acc, out, k == wI8)
 	Label("last")
 	a.dotStep(k, w, x, raw, acc, false)
 }

@@ -73,8 +73,8 @@ func genInt(a arch, k ikind, R, T int) {
 	name := intName(a, k, R, T)
 	TEXT(name, NOSPLIT, "func(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s adds Σ_blocks dx[t][b]·%sΣ_j W[r][b][j]·xq[t][b][j] over n steps of %d blocks to out[t][r] for %d %s weight rows (stride ldw bytes), %d quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).",
-		name, map[ikind]string{iQ8: "dw[r][b]·", iI8: ""}[k], intBlocks(a), R, k, T))
+	Doc(fmt.Sprintf("%s adds Σ_blocks dx[t][b]·%sΣ_j W[r][b][j]·xq[t][b][j] over n steps of %d blocks, span by span of %d blocks, to out[t][r] for %d %s weight rows (stride ldw bytes), %d quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).",
+		name, map[ikind]string{iQ8: "dw[r][b]·", iI8: ""}[k], intBlocks(a), sumSpan/32, R, k, T))
 	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R, T))
 	ldx := Load(Param("ldx"), GP64())
 	xq := newStrided(Load(Param("xq"), GP64()), ldx, T)
@@ -99,6 +99,7 @@ func genInt(a arch, k ikind, R, T int) {
 	} else {
 		konst = a.bcast32(0x00010001) // int16 ones
 	}
+	span := newSpanCounter(sumSpan / 32 / intBlocks(a))
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
 	Label("loop")
@@ -120,7 +121,8 @@ func genInt(a arch, k ikind, R, T int) {
 		cr.advance(32 * intBlocks(a))
 	}
 	DECQ(n)
-	JNZ(LabelRef("loop"))
+	JZ(LabelRef("reduce"))
+	a.next(span, "loop", acc, out, k == iI8)
 
 	a.finish(acc, out, k == iI8)
 }

@@ -158,6 +158,7 @@ func main() {
 			}
 			fmt.Fprintf(&hdr, "\tdefault:\n\t\tpanic(\"kernels: no such kernel\")\n\t}\n}\n")
 		}
+		fmt.Fprintf(&hdr, "\n// sumSpan is the span the dot-form kernels sum over (kernels/_asm);\n// it must equal dotSpan.\nconst sumSpan = %d\n", sumSpan)
 		src, err := format.Source([]byte(hdr.String() + tb.String()))
 		if err == nil {
 			err = os.WriteFile(*tables, src, 0o644)
