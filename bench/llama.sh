@@ -6,7 +6,10 @@
 # Usage: bench/llama.sh [OUTDIR]   (default /tmp/grok-bench: the models of
 # bench/run.sh, made there if missing — never commit them).
 # Environment: ROUNDS (4), THREADS (2), TYPES ("f32 f16 q8_0"),
-# LLAMA_BENCH (a llama-bench binary; by default one is built in OUTDIR).
+# LLAMA_BENCH (a llama-bench binary; by default one is built in OUTDIR),
+# DROP_CACHES=1 (as root: drop the page cache and read the files again before
+# the rounds; on a VM up for hours both engines decoded F32 a third slower from
+# the old cache, bench/README.md "The page cache ages").
 #
 # Where llama.cpp comes from when LLAMA_BENCH is unset: this project's
 # machines reach only the Go module proxy, Debian and npm. The npm package
@@ -46,6 +49,12 @@ go build -o "$out/grok" ./cmd/grok
 for t in $types; do
 	[ -f "$out/medium-$t.gguf" ] || "$out/grok" bench --make-model "$out/medium-$t.gguf" --type $t
 done
+
+if [ "${DROP_CACHES:-0}" = 1 ]; then
+	sync
+	echo 1 >/proc/sys/vm/drop_caches
+	for t in $types; do cat "$out/medium-$t.gguf" >/dev/null; done
+fi
 
 # num KEY: the number after "KEY": on stdin's first line.
 num() { sed -nE "1s/.*\"$1\": ?([0-9.e+-]+).*/\1/p"; }
