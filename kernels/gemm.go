@@ -64,7 +64,7 @@ func weightOffset(t tensor.DType, k int) int {
 // of tokens changed the sums of rows longer than a chunk (768 elements for
 // 128 tokens). Every family's step (E, 32·B) divides it, and the kernels
 // count it themselves (sumSpan, generated), so one call can cover a whole
-// row: decode reads each row front to back.
+// row: decode reads F32 and Q8_0 rows front to back (dotDecode).
 const dotSpan = 2048
 
 // chunk returns the input-axis chunk for n tokens: all of seg when the
