@@ -165,10 +165,12 @@ func newSpanCounter(steps int) *spanCounter {
 	return c
 }
 
-// next ends a step that is not the kernel's last: it jumps back to loop,
-// first adding the accumulators' sums to out and clearing them when the
-// step ended a span.
-func (a arch) next(c *spanCounter, loop string, acc [][]VecVirtual, out *strided, scaled bool) {
+// next ends a loop step: it counts the step off n and jumps to exit when
+// none is left; otherwise it jumps back to loop, first adding the
+// accumulators' sums to out and clearing them when the step ended a span.
+func (a arch) next(n Register, exit string, c *spanCounter, loop string, acc [][]VecVirtual, out *strided, scaled bool) {
+	DECQ(n)
+	JZ(LabelRef(exit))
 	DECQ(c.left)
 	JNZ(LabelRef(loop))
 	a.reduceAddScaled(acc, out, scaled)

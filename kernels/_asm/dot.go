@@ -143,9 +143,7 @@ func genDot(a arch, k wkind, R, T int) {
 	}
 	w.advance(dotStepBytes(a, k))
 	x.advance(4 * E)
-	DECQ(n)
-	JZ(LabelRef("reduce"))
-	a.next(span, "loop", acc, out, k == wI8)
+	a.next(n, "reduce", span, "loop", acc, out, k == wI8)
 
 	a.finish(acc, out, k == wI8)
 }
@@ -267,9 +265,7 @@ func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirt
 	a.dotStep(k, w, x, raw, acc, true)
 	w.advance(dotStepBytes(a, k))
 	x.advance(4 * E)
-	DECQ(n)
-	JZ(LabelRef("last"))
-	a.next(span, "loop", acc, out, k == wI8)
+	a.next(n, "last", span, "loop", acc, out, k == wI8)
 	Label("last")
 	a.dotStep(k, w, x, raw, acc, false)
 }

@@ -120,9 +120,7 @@ func genInt(a arch, k ikind, R, T int) {
 	if cr != nil {
 		cr.advance(32 * intBlocks(a))
 	}
-	DECQ(n)
-	JZ(LabelRef("reduce"))
-	a.next(span, "loop", acc, out, k == iI8)
+	a.next(n, "reduce", span, "loop", acc, out, k == iI8)
 
 	a.finish(acc, out, k == iI8)
 }
