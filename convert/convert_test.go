@@ -536,3 +536,33 @@ func TestConvertDense(t *testing.T) {
 		t.Errorf("dense Q8_0: max |Δ| = %g", d)
 	}
 }
+
+// A killed conversion's temporary file (hidden, beside the output, and no
+// longer locked by a live writer) is removed by the next conversion to the
+// same output; temporary files of other outputs stay.
+func TestConvertRemovesStaleTemporaryFiles(t *testing.T) {
+	f := getFixtures(t)
+	m := open(t, f.xaiInt8)
+	dir := t.TempDir()
+	stale := []string{".out.gguf.tmp4242", ".q.gguf.tmp77"}
+	keep := ".other.gguf.tmp1"
+	for _, n := range append(stale, keep) {
+		if err := os.WriteFile(filepath.Join(dir, n), make([]byte, 1000), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Convert(context.Background(), m, filepath.Join(dir, "out.gguf"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Quantize(context.Background(), f.gguf, filepath.Join(dir, "q.gguf"), tensor.Q8_0, QuantizeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if want := []string{keep, "out.gguf", "q.gguf"}; strings.Join(names, " ") != strings.Join(want, " ") {
+		t.Errorf("folder holds %v, want %v", names, want)
+	}
+}

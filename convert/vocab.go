@@ -3,9 +3,9 @@ package convert
 import (
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/internal/safefile"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tokenizer"
 )
@@ -14,7 +14,7 @@ import (
 // or any GGUF file with a "llama" vocabulary (tokenizer.ggml.*), whose
 // pieces, scores, types, special ids and add_space_prefix are taken over.
 func LoadVocab(path string) (*tokenizer.Tokenizer, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/internal/safefile"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tokenizer"
 )
@@ -77,9 +78,9 @@ func Open(path string, opt Options) (*Model, error) {
 		return openSafetensors(path, opt)
 	}
 	magic := make([]byte, 4)
-	fh, err := os.Open(path)
+	fh, err := safefile.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("loader: %w", err)
 	}
 	_, err = io.ReadFull(fh, magic)
 	fh.Close()

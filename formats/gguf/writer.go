@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 
+	"github.com/grok-go/grok/internal/safefile"
 	"github.com/grok-go/grok/tensor"
 )
 
@@ -205,21 +204,18 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 }
 
 // WriteFile writes the file to path. It writes a temporary file in the same
-// directory and renames it into place, so path never holds a partial file.
+// directory, syncs it and renames it into place, so path never holds a
+// partial file, even after a crash; a killed run's temporary file is removed
+// by the next write of the same path.
 func (w *Writer) WriteFile(path string) (err error) {
 	if w.err != nil {
 		return w.err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	tmp, err := safefile.Create(path)
 	if err != nil {
 		return fmt.Errorf("gguf: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer tmp.Abort()
 	bw := bufio.NewWriterSize(tmp, 1<<20)
 	if _, err = w.WriteTo(bw); err != nil {
 		return err
@@ -227,14 +223,7 @@ func (w *Writer) WriteFile(path string) (err error) {
 	if err = bw.Flush(); err != nil {
 		return fmt.Errorf("gguf: %w", err)
 	}
-	// CreateTemp makes the file private; a model file is ordinary data.
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
+	if err = tmp.Commit(); err != nil {
 		return fmt.Errorf("gguf: %w", err)
 	}
 	return nil

@@ -2,12 +2,16 @@
 
 package mmap
 
-import "os"
+import (
+	"math"
+
+	"github.com/grok-go/grok/internal/safefile"
+)
 
 // Map reads the whole file into memory on systems where this package
 // does not use mmap. It is correct but needs as much memory as the file.
 func Map(path string) ([]byte, func() error, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, math.MaxInt)
 	if err != nil {
 		return nil, nil, err
 	}

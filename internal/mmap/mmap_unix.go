@@ -7,15 +7,16 @@ package mmap
 import (
 	"fmt"
 	"math"
-	"os"
 	"syscall"
+
+	"github.com/grok-go/grok/internal/safefile"
 )
 
-// Map maps the whole file read-only. Tensor bytes are then views into
+// Map maps the whole file read-only; it refuses what is not a regular file. Tensor bytes are then views into
 // the page cache: a 600 GB checkpoint costs no heap, and pages are read only
 // when a tensor is touched. The returned release function unmaps it.
 func Map(path string) ([]byte, func() error, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
