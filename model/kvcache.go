@@ -21,6 +21,24 @@ type KVMemory struct {
 	keyOK [][]bool    // per slot, per row: token > pad_token
 }
 
+// KVMemoryBytes returns what NewKVMemory(c, slots, seqLen) allocates, in
+// bytes: keys and values in float32 for every layer, and a pad flag per row.
+// It is a float64 so that absurd sizes compare instead of overflowing.
+func KVMemoryBytes(c *Config, slots, seqLen int) float64 {
+	rows := float64(slots) * float64(seqLen)
+	return rows*float64(c.NumLayers)*2*float64(c.NumKVHeads*c.KeySize)*4 + rows
+}
+
+// MaxKVContext returns the most rows per slot whose KV memory for slots
+// slots fits in limit bytes (0 if not even one row fits).
+func MaxKVContext(c *Config, slots int, limit float64) int {
+	per := KVMemoryBytes(c, slots, 1)
+	if per <= 0 || limit < per {
+		return 0
+	}
+	return int(min(limit/per, math.MaxInt32))
+}
+
 // NewKVMemory allocates memory for the given number of slots (sequences that
 // can be decoded together) of seqLen rows each. seqLen ≤ 0 means the model's
 // sequence_len.

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/grok-go/grok/internal/sysmem"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/sampler"
 	"github.com/grok-go/grok/tokenizer"
@@ -28,8 +29,15 @@ type Options struct {
 	// Slots is how many sequences decode together in one batch (default 1).
 	Slots int
 	// Context is the KV memory rows per slot: prompt plus generated tokens
-	// (default and maximum: the model's sequence_len).
+	// (maximum: the model's sequence_len). The default is the model's
+	// sequence_len, capped so that the KV memory takes at most half of
+	// MemoryLimit: a file may declare a context far larger than the machine.
 	Context int
+	// MemoryLimit is the memory the KV memory may take, in bytes: New fails
+	// with a *MemoryError if an explicit Context needs more. 0 means the
+	// memory the system has available now (internal/sysmem), or no limit
+	// where the system does not say.
+	MemoryLimit int64
 	// MaxQueue bounds the requests waiting for a slot (default 64); Submit
 	// returns ErrQueueFull beyond it.
 	MaxQueue int
@@ -43,6 +51,18 @@ type Options struct {
 	// lasts long enough to be cancelled whatever the kernels' speed. It must
 	// not call the engine.
 	BeforeStep func()
+}
+
+// MemoryError reports a KV memory larger than the memory there is.
+type MemoryError struct {
+	Slots, Context int
+	Need           float64 // bytes
+	Available      float64 // bytes: Options.MemoryLimit or what the system had (half, for a default context)
+}
+
+func (e *MemoryError) Error() string {
+	return fmt.Sprintf("runner: a KV memory of %d slot(s) × %d tokens needs %.3g GB, but only %.3g GB of memory is available",
+		e.Slots, e.Context, e.Need/1e9, e.Available/1e9)
 }
 
 // ErrQueueFull is returned by Submit when every slot is busy and the queue is full.
@@ -223,11 +243,26 @@ func New(lm *model.LanguageModel, tok *tokenizer.Tokenizer, opts Options) (*Engi
 	if opts.Slots <= 0 {
 		opts.Slots = 1
 	}
-	if opts.Context <= 0 || opts.Context > c.SequenceLen {
-		if opts.Context > c.SequenceLen {
-			return nil, fmt.Errorf("runner: context %d exceeds the model's sequence_len %d", opts.Context, c.SequenceLen)
-		}
+	if opts.Context > c.SequenceLen {
+		return nil, fmt.Errorf("runner: context %d exceeds the model's sequence_len %d", opts.Context, c.SequenceLen)
+	}
+	limit, known := float64(opts.MemoryLimit), opts.MemoryLimit > 0
+	if !known {
+		var avail int64
+		avail, known = sysmem.Available()
+		limit = float64(avail)
+	}
+	if opts.Context <= 0 {
 		opts.Context = c.SequenceLen
+		if known {
+			// Half: the mapped weights and the workspace need the rest.
+			opts.Context = min(opts.Context, model.MaxKVContext(c, opts.Slots, limit/2))
+		}
+		if opts.Context < 1 {
+			return nil, &MemoryError{Slots: opts.Slots, Context: 1, Need: model.KVMemoryBytes(c, opts.Slots, 1), Available: limit / 2}
+		}
+	} else if need := model.KVMemoryBytes(c, opts.Slots, opts.Context); known && need > limit {
+		return nil, &MemoryError{Slots: opts.Slots, Context: opts.Context, Need: need, Available: limit}
 	}
 	if opts.MaxQueue <= 0 {
 		opts.MaxQueue = 64

@@ -53,7 +53,7 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 		presPen:     fs.Float64("presence-penalty", 0, "OpenAI presence penalty"),
 		freqPen:     fs.Float64("frequency-penalty", 0, "OpenAI frequency penalty"),
 		seed:        fs.Int64("seed", -1, "random seed (-1 = random)"),
-		ctx:         fs.Int("c", 0, "context size in tokens (0 = the model's)"),
+		ctx:         fs.Int("c", 0, "context size in tokens (0 = the model's, capped to what fits in memory)"),
 		threads:     fs.Int("t", 0, "threads (0 = all cores)"),
 		ignoreEOS:   fs.Bool("ignore-eos", false, "keep generating after the end-of-sequence token, as runners.py does"),
 		truncate:    fs.Bool("truncate", false, "keep the end of a prompt that does not fit the context instead of failing"),
@@ -116,6 +116,25 @@ func openModelOrDefault(mf *modelFlags, stderr io.Writer) (*loader.Model, error)
 	return m, err
 }
 
+// newEngine starts the runner for m. If the context was left to its default
+// and the model's sequence_len did not fit in memory, it says so through
+// note; a KV memory too large for the machine gets an error naming ctxFlag.
+func newEngine(m *loader.Model, o runner.Options, ctxFlag string, note func(string)) (*runner.Engine, error) {
+	eng, err := runner.New(m.LanguageModel, m.Tokenizer, o)
+	var me *runner.MemoryError
+	if errors.As(err, &me) {
+		return nil, fmt.Errorf("%w: lower the context with %s N", err, ctxFlag)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.Context <= 0 && eng.Context() < m.Config.SequenceLen {
+		note(fmt.Sprintf("the model's context of %d tokens does not fit in memory: using %d (set it with %s)",
+			m.Config.SequenceLen, eng.Context(), ctxFlag))
+	}
+	return eng, nil
+}
+
 // isTerminal reports whether w is a character device (a terminal).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
@@ -159,7 +178,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if len(ids) == 0 {
 		return usagef("the prompt is empty")
 	}
-	eng, err := runner.New(m.LanguageModel, m.Tokenizer, runner.Options{Slots: 1, Context: *g.ctx})
+	eng, err := newEngine(m, runner.Options{Slots: 1, Context: *g.ctx}, "-c", func(msg string) { fmt.Fprintln(stderr, "note:", msg) })
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	mf := addModelFlags(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	parallel := fs.Int("parallel", 4, "requests decoded together in one batch (slots); each holds a KV memory of --ctx rows")
-	ctxLen := fs.Int("ctx", 0, "context per slot in tokens, prompt and completion together (0 = the model's)")
+	ctxLen := fs.Int("ctx", 0, "context per slot in tokens, prompt and completion together (0 = the model's, capped to what fits in memory)")
 	fs.IntVar(ctxLen, "c", 0, "same as --ctx")
 	queue := fs.Int("queue", 64, "requests that may wait for a slot; beyond it requests get 503 with Retry-After")
 	timeout := fs.Duration("timeout", 10*time.Minute, "limit on one request, queueing included (0 = none)")
@@ -95,7 +95,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			m.Close()
 			return server.Model{}, errors.New("the model has no tokenizer: pass --tokenizer tokenizer.model")
 		}
-		eng, err := runner.New(m.LanguageModel, m.Tokenizer, runner.Options{Slots: *parallel, Context: *ctxLen, MaxQueue: *queue})
+		eng, err := newEngine(m, runner.Options{Slots: *parallel, Context: *ctxLen, MaxQueue: *queue}, "--ctx (or fewer --parallel slots)",
+			func(msg string) { log.Warn(msg) })
 		if err != nil {
 			m.Close()
 			return server.Model{}, err
