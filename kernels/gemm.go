@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/grok-go/grok/tensor"
 )
@@ -48,8 +49,11 @@ func weightOffset(t tensor.DType, k int) int {
 		return 2 * k
 	case tensor.I8:
 		return k
+	case tensor.Q8_0:
+		return k / tensor.Q8BlockSize * tensor.Q8BlockBytes
 	}
-	return k / tensor.Q8BlockSize * tensor.Q8BlockBytes
+	n, _ := t.RowBytes(k) // other block types: k is a whole number of blocks
+	return n
 }
 
 // dotSpan is the grid on which the dot-form kernels sum along the input
@@ -223,6 +227,63 @@ func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb i
 			dst[t*Out+r] += dotRef(tail[:In-kt], x[t*In+kt:(t+1)*In])
 		}
 	}
+}
+
+// hasDotKernels reports whether the kernel sets multiply weights of type t
+// directly; the other (block) types go through dequantMatMul.
+func hasDotKernels(t tensor.DType) bool {
+	switch t {
+	case tensor.F32, tensor.F16, tensor.BF16, tensor.I8, tensor.Q8_0:
+		return true
+	}
+	return false
+}
+
+// dequantMatMul is MatMulRows over [out, in] weights of a block type that
+// has no kernels of its own (the K-quants and i-quants): every tile of R
+// rows × one span is dequantised once into float32 scratch, with ggml's
+// bits (tensor.DecodeRow), and multiplied by the F32 kernels for all the
+// tokens. The spans are those of the fixed grid, so the product has exactly
+// the bits of the F32 matrix of the dequantised weights, for any n.
+func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
+	fam := &ks.dot[wkF32]
+	In, Out := m.In, m.Out
+	rb, _ := m.Type.RowBytes(In)
+	for t := 0; t < n; t++ {
+		clear(dst[t*Out+lo : t*Out+hi])
+	}
+	c := min(In, dotSpan)
+	wp := getScratch(fam.R * c)
+	defer scratchPool.Put(wp)
+	w := *wp
+	forTiles(n, fam.T, lo, hi, fam.R, 1, In, c, func(_, k0, k1, r0, R int) {
+		kc := k1 - k0
+		for r := 0; r < R; r++ {
+			row := m.Data[(r0+r)*rb:]
+			if err := tensor.DecodeRow(w[r*kc:(r+1)*kc], m.Type, row[weightOffset(m.Type, k0):]); err != nil {
+				panic(err) // unreachable: Validate checked the sizes
+			}
+		}
+		steps := kc / fam.E
+		kt := k0 + steps*fam.E
+		kern := fam.full
+		if R < fam.R {
+			kern = fam.one
+		}
+		wb := (*byte)(unsafe.Pointer(&w[0]))
+		for t0 := 0; t0 < n; t0 += fam.T {
+			T := min(fam.T, n-t0)
+			if steps > 0 {
+				kern[T-1].call(wb, 4*kc, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, nil)
+			}
+			for t := 0; t < T && kt < k1; t++ {
+				xt := x[(t0+t)*In+kt : (t0+t)*In+k1]
+				for r := 0; r < R; r++ {
+					dst[(t0+t)*Out+r0+r] += dotRef(w[r*kc+kt-k0:(r+1)*kc], xt)
+				}
+			}
+		}
+	})
 }
 
 // intMatMul is MatMulRows over Q8_0 or [out, in] I8 weights with int8

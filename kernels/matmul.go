@@ -74,8 +74,8 @@ func (m *Mat) Validate() error {
 	if len(m.Data) != rows*rb {
 		return fmt.Errorf("kernels: %v matrix %d×%d needs %d bytes, have %d", m.Type, m.Out, m.In, rows*rb, len(m.Data))
 	}
-	if m.Type == tensor.Q8_0 && m.InOut {
-		return fmt.Errorf("kernels: Q8_0 blocks must run along the input axis")
+	if m.InOut && m.Type != tensor.F32 && m.Type != tensor.F16 && m.Type != tensor.BF16 && m.Type != tensor.I8 {
+		return fmt.Errorf("kernels: %v blocks must run along the input axis", m.Type)
 	}
 	if m.Type == tensor.I8 {
 		if m.Shards <= 0 || m.In%m.Shards != 0 {
@@ -115,6 +115,8 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 		matMulQuantRef(dst, x, n, m, lo, hi)
 	case ks == nil:
 		matMulRef(dst, x, n, m, lo, hi)
+	case !hasDotKernels(m.Type):
+		ks.dequantMatMul(dst, x, n, m, lo, hi)
 	case m.InOut:
 		ks.inoutMatMul(dst, x, n, m, lo, hi)
 	case quant:
