@@ -119,21 +119,21 @@ func TestWriterMatchesFixture(t *testing.T) {
 // TestWalkNumpyPickles walks numpy's own files.
 func TestWalkNumpyPickles(t *testing.T) {
 	tests := []struct {
-		file     string
-		kind     objectKind
-		payloads []int // lengths of the non-typecode payloads
-		dtypes   []string
-		errText  string
+		file    string
+		kind    objectKind
+		shapes  string // the arrays' declared shapes
+		dtypes  []string
+		errText string
 	}{
-		{file: "float.p3", kind: objArray, payloads: []int{60}, dtypes: []string{"f4"}},
-		{file: "float.p4", kind: objArray, payloads: []int{60}, dtypes: []string{"f4"}},
-		{file: "float.p5", kind: objArray, payloads: []int{60}, dtypes: []string{"f4"}},
-		{file: "quant.p3", kind: objQuantized, payloads: []int{96, 96}, dtypes: []string{"i1", "u2"}},
-		{file: "quant.p4", kind: objQuantized, payloads: []int{96, 96}, dtypes: []string{"i1", "u2"}},
-		{file: "quant.p5", kind: objQuantized, payloads: []int{96, 96}, dtypes: []string{"i1", "u2"}},
-		{file: "fortran.p4", kind: objArray, payloads: []int{24}, dtypes: []string{"f4"}},
-		{file: "fortran.p5", kind: objArray, payloads: []int{24}, dtypes: []string{"f4"}},
-		{file: "bigendian.p4", kind: objArray, payloads: []int{12}, dtypes: []string{"f4"}},
+		{file: "float.p3", kind: objArray, shapes: "[[3 5]]", dtypes: []string{"f4"}},
+		{file: "float.p4", kind: objArray, shapes: "[[3 5]]", dtypes: []string{"f4"}},
+		{file: "float.p5", kind: objArray, shapes: "[[3 5]]", dtypes: []string{"f4"}},
+		{file: "quant.p3", kind: objQuantized, shapes: "[[16 6] [8 6]]", dtypes: []string{"i1", "u2"}},
+		{file: "quant.p4", kind: objQuantized, shapes: "[[16 6] [8 6]]", dtypes: []string{"i1", "u2"}},
+		{file: "quant.p5", kind: objQuantized, shapes: "[[16 6] [8 6]]", dtypes: []string{"i1", "u2"}},
+		{file: "fortran.p4", kind: objArray, shapes: "[[2 3]]", dtypes: []string{"f4"}},
+		{file: "fortran.p5", kind: objArray, shapes: "[[2 3]]", dtypes: []string{"f4"}},
+		{file: "bigendian.p4", kind: objArray, shapes: "[[3]]", dtypes: []string{"f4"}},
 		{file: "float.p2", errText: "_codecs.encode"},
 	}
 	for _, tc := range tests {
@@ -155,32 +155,24 @@ func TestWalkNumpyPickles(t *testing.T) {
 			if res.Kind != tc.kind {
 				t.Errorf("kind %v, want %v", res.Kind, tc.kind)
 			}
-			var lens []int
+			var shapes [][]int
 			var dts []string
-			for _, p := range res.Payloads {
-				if p.Typecode {
-					if p.Len != 1 || data[p.Off] != 'b' {
-						t.Errorf("typecode payload %+v is not b'b'", p)
-					}
-					continue
-				}
-				lens = append(lens, p.Len)
-				dts = append(dts, p.DType)
-				if got, want := p.Fortran, strings.HasPrefix(tc.file, "fortran"); got != want {
+			for _, a := range res.Arrays {
+				shapes = append(shapes, a.Shape)
+				dts = append(dts, a.DType)
+				if got, want := a.Fortran, strings.HasPrefix(tc.file, "fortran"); got != want {
 					t.Errorf("Fortran = %v, want %v", got, want)
 				}
-				if got, want := p.Order == ">", strings.HasPrefix(tc.file, "bigendian"); got != want {
-					t.Errorf("order %q, big-endian expected: %v", p.Order, want)
+				if got, want := a.Order == '>', strings.HasPrefix(tc.file, "bigendian"); got != want {
+					t.Errorf("order %q, big-endian expected: %v", a.Order, want)
+				}
+				// The data ranges hold the array bytes themselves.
+				if !a.Fortran && !bytes.Equal(data[a.Off:a.Off+a.Len], detBytes(a.Len)) {
+					t.Errorf("array data at %d does not hold the array bytes", a.Off)
 				}
 			}
-			if fmt.Sprint(lens) != fmt.Sprint(tc.payloads) || fmt.Sprint(dts) != fmt.Sprint(tc.dtypes) {
-				t.Errorf("payloads %v %v, want %v %v", lens, dts, tc.payloads, tc.dtypes)
-			}
-			// The payload ranges hold the array bytes themselves.
-			for _, p := range res.Payloads {
-				if !p.Typecode && !p.Fortran && !bytes.Equal(data[p.Off:p.Off+p.Len], detBytes(p.Len)) {
-					t.Errorf("payload at %d does not hold the array bytes", p.Off)
-				}
+			if fmt.Sprint(shapes) != tc.shapes || fmt.Sprint(dts) != fmt.Sprint(tc.dtypes) {
+				t.Errorf("arrays %v %v, want %v %v", shapes, dts, tc.shapes, tc.dtypes)
 			}
 		})
 	}
@@ -213,7 +205,7 @@ func TestWalkVariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Payloads[len(res.Payloads)-1].DType; got != "bfloat16" {
+	if got := res.Arrays[0].DType; got != "bfloat16" {
 		t.Errorf("dtype %q, want bfloat16", got)
 	}
 	if _, err := walk(bfloat16Pickle("evil", "bfloat16")); err == nil {
@@ -360,8 +352,8 @@ func TestWalkTruncated(t *testing.T) {
 	}
 }
 
-// FuzzWalk checks that no input makes the walker panic or report a payload
-// outside its input.
+// FuzzWalk checks that no input makes the walker panic or report an array
+// outside its input or whose shape does not fit its bytes.
 func FuzzWalk(f *testing.F) {
 	files, _ := filepath.Glob("testdata/numpy-pickles/*.p*")
 	for _, file := range files {
@@ -376,17 +368,27 @@ func FuzzWalk(f *testing.F) {
 		}, proto == 5))
 	}
 	f.Add(bfloat16Pickle("ml_dtypes", "bfloat16"))
+	for _, tc := range hostileArrays() {
+		f.Add(tc.data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		res, err := walk(data)
 		if err != nil {
 			return
 		}
-		if res.Kind != objArray && res.Kind != objQuantized {
-			t.Fatalf("kind %v", res.Kind)
+		if want := map[objectKind]int{objArray: 1, objQuantized: 2}[res.Kind]; len(res.Arrays) != want {
+			t.Fatalf("kind %v with %d arrays", res.Kind, len(res.Arrays))
 		}
-		for _, p := range res.Payloads {
-			if p.Off < 0 || p.Len < 0 || p.Off+p.Len > len(data) {
-				t.Fatalf("payload %+v outside %d bytes", p, len(data))
+		for _, a := range res.Arrays {
+			if a.Off < 0 || a.Len < 0 || a.Off+a.Len > len(data) {
+				t.Fatalf("array %+v outside %d bytes", a, len(data))
+			}
+			n := dtypeSizes[a.DType]
+			for _, d := range a.Shape {
+				n *= d
+			}
+			if n != a.Len {
+				t.Fatalf("array %+v: shape and dtype need %d bytes", a, n)
 			}
 		}
 	})

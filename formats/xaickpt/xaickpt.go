@@ -4,12 +4,13 @@
 // parameters under the canonical GGUF names the model looks up
 // (model/weights.go) as views into the memory-mapped files.
 //
-// The pickles are never unpickled: a walker steps through their opcodes,
-// allows only numpy's array reconstruction and the QuantizedWeight8bit
-// dataclass, and takes the array bytes as ranges of the file. Which file
-// holds which parameter follows from the configuration alone (JAX's sorted
-// flattening of the Haiku parameter paths), and every payload's size is
-// checked against the shape the configuration implies.
+// The pickles are never unpickled: a walker interprets their opcodes over
+// placeholder values, allows only numpy's array reconstruction and the
+// QuantizedWeight8bit dataclass, and takes the bytes of the arrays the
+// pickle builds as ranges of the file. Which file holds which parameter
+// follows from the configuration alone (JAX's sorted flattening of the
+// Haiku parameter paths), and every array's declared dtype and shape are
+// checked against its byte count and against what the configuration implies.
 // shared/design/xai-checkpoint-format.md describes the format.
 package xaickpt
 
@@ -181,36 +182,32 @@ func (c *Checkpoint) load() error {
 	return nil
 }
 
-// readParam walks one file and returns its tensor.
+// readParam walks one file and returns its tensor: the arrays the pickle
+// builds, whose declared dtype and shape must be what the config implies
+// for the parameter (the walker has checked them against the byte counts).
 func readParam(p param, data []byte) (*tensor.Tensor, int, error) {
 	res, err := walk(data)
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := tensor.Elements(p.Shape)
-	if err != nil {
-		return nil, 0, fmt.Errorf("config implies shape %v: %w", p.Shape, err)
-	}
 	t := &tensor.Tensor{Name: p.Canon, Shape: p.Shape, Transposed: p.Transposed}
 	switch {
 	case res.Kind == objQuantized && p.Quantized:
-		ns, err := tensor.Elements(p.ScaleShape)
-		if err != nil {
-			return nil, 0, fmt.Errorf("config implies scales %v: %w", p.ScaleShape, err)
-		}
-		pl, err := selectPayloads(res, []want{
-			{n, fmt.Sprintf("int8 weight %v", p.Shape), []string{"i1"}},
-			{2 * ns, fmt.Sprintf("bfloat16 scales %v", p.ScaleShape), []string{"bfloat16", "u2", "V2"}},
-		})
-		if err != nil {
+		wt, sc := res.Arrays[0], res.Arrays[1]
+		if err := checkArray(wt, "int8 weight", p.Shape, "i1"); err != nil {
 			return nil, 0, err
 		}
-		t.Type, t.Data = tensor.I8, data[pl[0].Off:pl[0].Off+pl[0].Len]
+		// Scales: bfloat16 as xAI writes them (ml_dtypes), or its bit
+		// patterns as uint16 or 2-byte void, as the fixtures store them.
+		if err := checkArray(sc, "bfloat16 scales", p.ScaleShape, "bfloat16", "u2", "V2"); err != nil {
+			return nil, 0, err
+		}
+		t.Type, t.Data = tensor.I8, data[wt.Off:wt.Off+wt.Len]
 		t.Scales = &tensor.Tensor{
 			Name:  p.Canon + ".scales",
 			Type:  tensor.BF16,
 			Shape: p.ScaleShape,
-			Data:  data[pl[1].Off : pl[1].Off+pl[1].Len],
+			Data:  data[sc.Off : sc.Off+sc.Len],
 		}
 	case res.Kind == objQuantized:
 		return nil, 0, fmt.Errorf("holds a QuantizedWeight8bit, but %s is a float array", p.Path)
@@ -218,94 +215,40 @@ func readParam(p param, data []byte) (*tensor.Tensor, int, error) {
 		// A plain array: float32 as xAI stores embeddings, norms and the
 		// router; a checkpoint may also hold unquantised projections
 		// (float32, or 16-bit floats named by their dtype).
-		typ, pl, err := selectFloat(res, n, p.Shape)
-		if err != nil {
+		a := res.Arrays[0]
+		if err := checkArray(a, "float array", p.Shape, "f4", "bfloat16", "f2"); err != nil {
 			return nil, 0, err
 		}
-		t.Type, t.Data = typ, data[pl.Off:pl.Off+pl.Len]
+		typ := floatTypes[a.DType]
+		t.Type, t.Data = typ, data[a.Off:a.Off+a.Len]
 	}
-	if err := t.Check(); err != nil { // cannot fail after selection; kept as a guard
+	if err := t.Check(); err != nil { // cannot fail after the checks; kept as a guard
 		return nil, 0, err
 	}
 	return t, res.Protocol, nil
 }
 
-// want is a payload the config expects: its byte length, a description for
-// errors, and the numpy dtype codes it may have.
-type want struct {
-	n      int
-	what   string
-	dtypes []string
-}
+// floatTypes are the numpy dtypes a plain (unquantised) array may have.
+var floatTypes = map[string]tensor.DType{"f4": tensor.F32, "bfloat16": tensor.BF16, "f2": tensor.F16}
 
-// selectPayloads picks, in order, the first payload after the previous pick
-// whose length is the expected one, skipping numpy's typecode argument
-// (protocols 3/4 put a 1-byte b'b' before every array). This is how the
-// public converters read the files, and it does not depend on the dtype
-// objects, which in the real files come from ml_dtypes.
-func selectPayloads(res *walkResult, wants []want) ([]payload, error) {
-	var out []payload
-	i := 0
-	for _, w := range wants {
-		for ; i < len(res.Payloads); i++ {
-			if p := res.Payloads[i]; !p.Typecode && p.Len == w.n {
-				break
-			}
-		}
-		if i == len(res.Payloads) {
-			return nil, fmt.Errorf("no payload of %d bytes for the %s (the config's shape); payload sizes: %v", w.n, w.what, payloadSizes(res))
-		}
-		p := res.Payloads[i]
-		i++
-		if err := checkPayload(p, w.what, w.dtypes); err != nil {
-			return nil, err
-		}
-		out = append(out, p)
+// checkArray refuses an array the reader would misread: a dtype other than
+// expected, big-endian bytes, Fortran order, or a declared shape other
+// than the config's.
+func checkArray(a array, what string, shape []int, dtypes ...string) error {
+	where := fmt.Sprintf("pickle offset %d: the %s %v", a.At, what, shape)
+	if !slices.Contains(dtypes, a.DType) {
+		return fmt.Errorf("%s has numpy dtype %q", where, a.DType)
 	}
-	return out, nil
-}
-
-// selectFloat picks the data of a plain float array of n elements.
-func selectFloat(res *walkResult, n int, shape []int) (tensor.DType, payload, error) {
-	for _, p := range res.Payloads {
-		if p.Typecode {
-			continue
-		}
-		switch {
-		case p.Len == 4*n:
-			return tensor.F32, p, checkPayload(p, fmt.Sprintf("float32 array %v", shape), []string{"f4"})
-		case p.Len == 2*n && (p.DType == "bfloat16" || p.DType == "f2"):
-			typ := tensor.BF16
-			if p.DType == "f2" {
-				typ = tensor.F16
-			}
-			return typ, p, checkPayload(p, fmt.Sprintf("%s array %v", p.DType, shape), []string{p.DType})
-		}
+	if a.Order == '>' {
+		return fmt.Errorf("%s is big-endian", where)
 	}
-	return 0, payload{}, fmt.Errorf("no payload of %d bytes for the float32 array %v (the config's shape); payload sizes: %v", 4*n, shape, payloadSizes(res))
-}
-
-// checkPayload refuses data whose recorded layout would be misread: a
-// dtype other than expected, big-endian bytes, or Fortran order.
-func checkPayload(p payload, what string, dtypes []string) error {
-	if p.DType != "" && !slices.Contains(dtypes, p.DType) {
-		return fmt.Errorf("the %s has numpy dtype %q", what, p.DType)
+	if a.Fortran {
+		return fmt.Errorf("%s is stored in Fortran (column-major) order", where)
 	}
-	if p.Order == ">" {
-		return fmt.Errorf("the %s is big-endian", what)
-	}
-	if p.Fortran {
-		return fmt.Errorf("the %s is stored in Fortran (column-major) order", what)
+	if !slices.Equal(a.Shape, shape) {
+		return fmt.Errorf("%s (the config's shape) is pickled with shape %s", where, shapeString(a.Shape))
 	}
 	return nil
-}
-
-func payloadSizes(res *walkResult) []int {
-	s := make([]int, len(res.Payloads))
-	for i, p := range res.Payloads {
-		s[i] = p.Len
-	}
-	return s
 }
 
 // Config returns the configuration in use: config.json's, or Grok-1's.
