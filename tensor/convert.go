@@ -79,7 +79,8 @@ func FloatToBF16(f float32) uint16 {
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
 
-// DecodeRow converts len(dst) elements of type t from src into dst.
+// DecodeRow converts len(dst) elements of type t from src into dst; src may
+// be longer than they need.
 func DecodeRow(dst []float32, t DType, src []byte) error {
 	need, err := t.RowBytes(len(dst))
 	if err != nil {
@@ -105,15 +106,10 @@ func DecodeRow(dst []float32, t DType, src []byte) error {
 		for i := range dst {
 			dst[i] = float32(int8(src[i]))
 		}
-	case Q8_0:
-		for b := 0; b < len(dst)/Q8BlockSize; b++ {
-			blk := src[b*Q8BlockBytes:]
-			d := HalfToFloat(binary.LittleEndian.Uint16(blk))
-			for j := 0; j < Q8BlockSize; j++ {
-				dst[b*Q8BlockSize+j] = d * float32(int8(blk[2+j]))
-			}
-		}
 	default:
+		if t.Quantized() {
+			return DequantizeRow(t, src[:need], dst)
+		}
 		return fmt.Errorf("tensor: cannot decode %v", t)
 	}
 	return nil
