@@ -1,16 +1,56 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/grok-go/grok/tensor"
 )
 
 // dequantTypes are the weight types checked against their dequantised F32
-// matrix; every block type without kernels of its own must be among them.
-var dequantTypes = []tensor.DType{tensor.F16, tensor.BF16, tensor.Q8_0}
+// matrix: every block type without kernels of its own
+// (TestEveryBlockTypeChecked), and some with, through the same path.
+var dequantTypes = []tensor.DType{tensor.F16, tensor.BF16, tensor.Q8_0,
+	tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+	tensor.IQ4_NL, tensor.IQ4_XS, tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_XXS, tensor.IQ2_XS, tensor.IQ2_S,
+	tensor.IQ1_S, tensor.IQ1_M}
+
+func TestEveryBlockTypeChecked(t *testing.T) {
+	for dt := tensor.DType(0); dt.String() != fmt.Sprintf("DType(%d)", int(dt)); dt++ {
+		if !hasDotKernels(dt) && !slices.Contains(dequantTypes, dt) {
+			t.Errorf("%v has no kernels and is not in dequantTypes", dt)
+		}
+	}
+}
+
+// randBlockMat makes a random out×in matrix of block type dt: random bytes,
+// each block drawn again until it decodes to finite values of moderate size
+// (random fp16 scales are sometimes Inf or NaN).
+func randBlockMat(t *testing.T, rng *rand.Rand, dt tensor.DType, out, in int) Mat {
+	t.Helper()
+	bs, bb := dt.BlockSize(), dt.BlockBytes()
+	data := make([]byte, out*in/bs*bb)
+	vals := make([]float32, bs)
+	for b := 0; b < len(data)/bb; b++ {
+		blk := data[b*bb : (b+1)*bb]
+		for ok := false; !ok; {
+			for i := range blk {
+				blk[i] = byte(rng.Uint32())
+			}
+			if err := tensor.DecodeRow(vals, dt, blk); err != nil {
+				t.Fatal(err)
+			}
+			ok = true
+			for _, v := range vals {
+				ok = ok && !math.IsNaN(float64(v)) && math.Abs(float64(v)) < 1e6
+			}
+		}
+	}
+	return Mat{Type: dt, Out: out, In: in, Data: data}
+}
 
 // The dequantising path gives exactly the bits of the F32 matrix of the
 // dequantised weights, for every n (decode and prefill) and every split of
@@ -20,11 +60,19 @@ func TestDequantPathEqualsF32OfDequantised(t *testing.T) {
 	forLevels(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(5, 6))
 		for _, dt := range dequantTypes {
-			bs := 32
-			for _, c := range []struct{ out, in int }{{9, 1}, {37, 8}, {6, 64}, {5, 66}, {3, 193}} {
+			bs := max(32, dt.BlockSize())
+			for _, c := range []struct{ out, in int }{{9, 1}, {37, 8}, {6, 16}, {5, 17}, {3, 25}} {
 				in := c.in * bs
-				tm := newTestMat(rng, dt, false, c.out, in, 1, 0)
-				ref := f32OfDecoded(t, &tm.m)
+				var m Mat
+				if dt.BlockSize() > 1 && dt != tensor.Q8_0 {
+					m = randBlockMat(t, rng, dt, c.out, in)
+				} else {
+					m = newTestMat(rng, dt, false, c.out, in, 1, 0).m
+				}
+				if err := m.Validate(); err != nil {
+					t.Fatal(err)
+				}
+				ref := f32OfDecoded(t, &m)
 				for _, n := range []int{1, 2, 5, 7, 13, 40} {
 					x := randInputs(rng, n, in)
 					got := make([]float32, n*c.out)
@@ -33,10 +81,10 @@ func TestDequantPathEqualsF32OfDequantised(t *testing.T) {
 					if ks := active; ks != nil {
 						// A split of the rows must not change a bit either.
 						mid := c.out / 3
-						ks.dequantMatMul(got, x, n, &tm.m, 0, mid)
-						ks.dequantMatMul(got, x, n, &tm.m, mid, c.out)
+						ks.dequantMatMul(got, x, n, &m, 0, mid)
+						ks.dequantMatMul(got, x, n, &m, mid, c.out)
 					} else {
-						MatMul(got, x, n, &tm.m)
+						MatMul(got, x, n, &m)
 					}
 					for i := range want {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {

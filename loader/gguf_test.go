@@ -46,8 +46,9 @@ func rewrite(t *testing.T, kv map[string]any, q4k, drop string) string {
 				n *= d
 			}
 			blocks := n / 256
-			w.AddGGMLTensor(ti.Name, gguf.GGMLTypeQ4_K, []int64{256, blocks}, blocks*144, func(w io.Writer) error {
-				_, err := w.Write(make([]byte, blocks*144))
+			// Q8_K: ggml's intermediate type, which no model file stores.
+			w.AddGGMLTensor(ti.Name, gguf.GGMLTypeQ8_K, []int64{256, blocks}, blocks*292, func(w io.Writer) error {
+				_, err := w.Write(make([]byte, blocks*292))
 				return err
 			})
 			continue
@@ -74,7 +75,7 @@ func TestGGUFModelErrors(t *testing.T) {
 		q4k, drop string
 		want      string
 	}{
-		{"unsupported dtype", nil, "blk.0.attn_q.weight", "", "Q4_K is not supported"},
+		{"unsupported dtype", nil, "blk.0.attn_q.weight", "", "Q8_K is not supported"},
 		{"missing tensor", nil, "", "blk.1.ffn_up_exps.weight", `missing tensor "blk.1.ffn_up.0.weight"`},
 		{"wrong architecture", map[string]any{"general.architecture": "llama"}, "", "", `"llama"; this engine runs arch "grok"`},
 		{"missing block count", map[string]any{"grok.block_count": nil}, "", "", "grok.block_count"},

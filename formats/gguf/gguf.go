@@ -438,11 +438,25 @@ func (t GGMLType) DType() (tensor.DType, bool) {
 	case GGMLTypeI8:
 		return tensor.I8, true
 	}
+	if dt, ok := blockTypes[t]; ok {
+		return dt, true
+	}
 	return 0, false
 }
 
+// blockTypes maps ggml's legacy, K- and i-quant types to the tensor types
+// that decode them (tensor.DequantizeRow, ggml's bits).
+var blockTypes = map[GGMLType]tensor.DType{
+	GGMLTypeQ4_0: tensor.Q4_0, GGMLTypeQ4_1: tensor.Q4_1, GGMLTypeQ5_0: tensor.Q5_0, GGMLTypeQ5_1: tensor.Q5_1,
+	GGMLTypeQ2_K: tensor.Q2_K, GGMLTypeQ3_K: tensor.Q3_K, GGMLTypeQ4_K: tensor.Q4_K, GGMLTypeQ5_K: tensor.Q5_K,
+	GGMLTypeQ6_K: tensor.Q6_K, GGMLTypeIQ2_XXS: tensor.IQ2_XXS, GGMLTypeIQ2_XS: tensor.IQ2_XS,
+	GGMLTypeIQ2_S: tensor.IQ2_S, GGMLTypeIQ3_XXS: tensor.IQ3_XXS, GGMLTypeIQ3_S: tensor.IQ3_S,
+	GGMLTypeIQ1_S: tensor.IQ1_S, GGMLTypeIQ1_M: tensor.IQ1_M, GGMLTypeIQ4_NL: tensor.IQ4_NL,
+	GGMLTypeIQ4_XS: tensor.IQ4_XS,
+}
+
 // supportedTypes is the list quoted in UnsupportedTypeError messages.
-const supportedTypes = "F32, F16, BF16, Q8_0, I8"
+const supportedTypes = "F32, F16, BF16, Q8_0, I8, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K…Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS"
 
 // TypeOf returns the GGML type code for a tensor.DType.
 func TypeOf(dt tensor.DType) (GGMLType, error) {
@@ -457,6 +471,11 @@ func TypeOf(dt tensor.DType) (GGMLType, error) {
 		return GGMLTypeQ8_0, nil
 	case tensor.I8:
 		return GGMLTypeI8, nil
+	}
+	for g, t := range blockTypes {
+		if t == dt {
+			return g, nil
+		}
 	}
 	return 0, fmt.Errorf("gguf: no GGML type for %v", dt)
 }
