@@ -53,11 +53,18 @@ func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 	if lm.RMSNorm, err = loadRMSNorm(src, "output_norm.weight", D, c.RMSEps); err != nil {
 		return nil, err
 	}
-	lm.Transformer.Layers = make([]DecoderLayer, c.NumLayers)
-	for i := range lm.Transformer.Layers {
-		if err := loadLayer(&lm.Transformer.Layers[i], src, c, i); err != nil {
+	// Layers are appended as they load rather than allocated from
+	// num_layers: a count the source cannot back then fails at its first
+	// missing layer, having cost only the layers that exist.
+	for i := 0; i < c.NumLayers; i++ {
+		var d DecoderLayer
+		if err := loadLayer(&d, src, c, i); err != nil {
+			if _, ok := src.Lookup(fmt.Sprintf("blk.%d.attn_norm.weight", i)); !ok && i > 0 {
+				return nil, fmt.Errorf("model: num_layers is %d, but the weights stop after layer %d: %w", c.NumLayers, i-1, err)
+			}
 			return nil, err
 		}
+		lm.Transformer.Layers = append(lm.Transformer.Layers, d)
 	}
 	return lm, nil
 }
