@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/model"
@@ -108,6 +110,89 @@ func ConfigFromGGUF(f *gguf.File) (model.Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// checkCounts compares the counts and sizes of c with the tensors f holds, so
+// that a count the file cannot back (a block_count of 2^31-1 in a 4 MB file)
+// is refused naming its key before anything is sized by it. Only layer 0 is
+// compared shape by shape here; model.New checks every layer against c.
+func checkCounts(f *gguf.File, c *model.Config) error {
+	var errs []error
+	layers, top := 0, ""
+	for i := range f.Tensors {
+		name := f.Tensors[i].Name
+		n, ok, err := blockIndex(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok && n >= layers {
+			layers, top = n+1, name
+		}
+	}
+	switch {
+	case layers == 0:
+		errs = append(errs, fmt.Errorf("grok.block_count = %d, but the file has no blk.N tensors", c.NumLayers))
+	case layers != c.NumLayers:
+		errs = append(errs, fmt.Errorf("grok.block_count = %d, but the file has tensors for %d layers (the last is %s)", c.NumLayers, layers, top))
+	}
+	// dim compares axis ax (ggml order, innermost first) of a tensor with
+	// the size the config gives it; an absent tensor is left to model.New.
+	dim := func(key string, want int64, name string, ax int) {
+		ti, ok := f.Info(name)
+		if !ok || ax >= len(ti.Dims) || ti.Dims[ax] == want {
+			return
+		}
+		errs = append(errs, fmt.Errorf("%s = %d, but %s has shape %v", key, want, name, ti.Shape()))
+	}
+	vocabKey := "grok.vocab_size"
+	if _, ok := f.Get(vocabKey); !ok {
+		vocabKey = "the vocabulary size (tokenizer.ggml.tokens)"
+	}
+	ffnKey := "grok.expert_feed_forward_length"
+	if v, ok := f.Int(ffnKey); !ok || v == 0 {
+		ffnKey = "grok.feed_forward_length"
+	}
+	K := int64(c.KeySize)
+	dim("grok.embedding_length", int64(c.EmbSize), "token_embd.weight", 0)
+	dim(vocabKey, int64(c.VocabSize), "token_embd.weight", 1)
+	dim("grok.attention.head_count × key_length", int64(c.NumQHeads)*K, "blk.0.attn_q.weight", 1)
+	dim("grok.attention.head_count_kv × key_length", int64(c.NumKVHeads)*K, "blk.0.attn_k.weight", 1)
+	if c.NumExperts > 1 {
+		dim("grok.expert_count", int64(c.NumExperts), "blk.0.ffn_gate_inp.weight", 1)
+		dim("grok.expert_count", int64(c.NumExperts), "blk.0.ffn_gate_exps.weight", 2)
+		dim(ffnKey, int64(c.FFNSize), "blk.0.ffn_gate_exps.weight", 1)
+		dim(ffnKey, int64(c.FFNSize), "blk.0.ffn_gate.0.weight", 1)
+	} else {
+		dim(ffnKey, int64(c.FFNSize), "blk.0.ffn_gate.weight", 1)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gguf: %w", err)
+	}
+	return nil
+}
+
+// blockIndex returns N for a tensor named blk.N.*; ok is false for other
+// names.
+func blockIndex(name string) (n int, ok bool, err error) {
+	rest, found := strings.CutPrefix(name, "blk.")
+	if !found {
+		return 0, false, nil
+	}
+	num, _, found := strings.Cut(rest, ".")
+	if !found || num == "" {
+		return 0, false, nil
+	}
+	for _, r := range num {
+		if r < '0' || r > '9' {
+			return 0, false, nil
+		}
+	}
+	v, err := strconv.ParseUint(num, 10, 31)
+	if err != nil {
+		return 0, false, fmt.Errorf("tensor %q: layer index %s is out of range", name, num)
+	}
+	return int(v), true, nil
 }
 
 // MetaKV is one GGUF metadata pair to write.

@@ -123,6 +123,9 @@ func fromGGUF(f *gguf.File, path string) (*Model, error) {
 	if err := checkTypes(f); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	if err := checkCounts(f, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	lm, err := model.New(cfg, ggufSource{f})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
