@@ -205,6 +205,7 @@ func (m *Model) openIndex(path string) error {
 // mapNames gives each tensor its canonical name and, with a config, checks
 // the shape that name implies.
 func (m *Model) mapNames() error {
+	layers := 0 // 1 + the highest layer index seen
 	for _, raw := range slices.Sorted(maps.Keys(m.tensors)) {
 		e := m.tensors[raw]
 		cn, ok := canonical(raw)
@@ -230,6 +231,15 @@ func (m *Model) mapNames() error {
 		}
 		e.canon = cn.name
 		m.canon[cn.name] = e
+		layers = max(layers, cn.layer+1)
+	}
+	// The layer count must also not exceed what the files hold: the model
+	// sizes its layers by it. (An expert count the files lack is caught by
+	// the router's shape above.)
+	if c := m.cfg; c != nil {
+		if layers != c.NumLayers {
+			return fmt.Errorf("config.json has num_hidden_layers = %d, but the files hold tensors for %d layers", c.NumLayers, layers)
+		}
 	}
 	return nil
 }

@@ -245,6 +245,16 @@ func TestOpenErrors(t *testing.T) {
 			writeFile(t, dir, ConfigFileName, []byte(strings.Replace(tinyConfig(""), `"num_experts": 2`, `"num_experts": 1`, 1)))
 			return dir
 		}, "is for expert 1, but config.json has 1 experts"},
+		{"more layers than the files hold", func(t *testing.T, dir string) string {
+			writeFile(t, dir, SingleFileName, good)
+			writeFile(t, dir, ConfigFileName, []byte(strings.Replace(tinyConfig(""), `"num_hidden_layers": 2`, `"num_hidden_layers": 16777216`, 1)))
+			return dir
+		}, "num_hidden_layers = 16777216, but the files hold tensors for 2 layers"},
+		{"one layer more than the files hold", func(t *testing.T, dir string) string {
+			writeFile(t, dir, SingleFileName, good)
+			writeFile(t, dir, ConfigFileName, []byte(strings.Replace(tinyConfig(""), `"num_hidden_layers": 2`, `"num_hidden_layers": 3`, 1)))
+			return dir
+		}, "num_hidden_layers = 3, but the files hold tensors for 2 layers"},
 		{"two names for one tensor", func(t *testing.T, dir string) string {
 			return writeFile(t, dir, "m.safetensors", buildFile([]stTensor{
 				{"model.norm.scale", "F32", []int{1}, fillBytes(4, 1)},
