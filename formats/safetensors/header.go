@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/grok-go/grok/tensor"
 )
@@ -60,13 +61,126 @@ type rawEntry struct {
 	Begin, End int
 }
 
+// MaxRank is the most dimensions a tensor's shape may have. Grok-1's
+// tensors have at most 3 and ggml allows 4; numpy allows 64, but no model
+// checkpoint we know of goes past 5. The bound is checked before the shape
+// is decoded, so that a header cannot make the reader build millions of
+// dimensions (a 5-million-dimension shape in a 10 MB file once cost 728 MB).
+const MaxRank = 8
+
+// minEntryJSON is the fewest header bytes one tensor entry can take:
+// `"":{"dtype":"I8","shape":[],"data_offsets":[0,0]}` and a comma.
+const minEntryJSON = 48
+
 // headerJSON is the per-tensor object of the header. Pointers tell a
 // missing field from a zero one; numbers stay raw JSON so that 1.5, 1e3 or
 // "1" can be refused instead of silently converted.
 type headerJSON struct {
-	DType       *string            `json:"dtype"`
-	Shape       *[]json.RawMessage `json:"shape"`
-	DataOffsets *[]json.RawMessage `json:"data_offsets"`
+	DType       *string      `json:"dtype"`
+	Shape       *shapeJSON   `json:"shape"`
+	DataOffsets *offsetsJSON `json:"data_offsets"`
+}
+
+// shapeJSON and offsetsJSON are JSON arrays of counts whose length is
+// checked before anything is allocated for their elements.
+type (
+	shapeJSON   []int
+	offsetsJSON []int
+)
+
+// UnmarshalJSON decodes a shape of at most MaxRank dimensions.
+func (s *shapeJSON) UnmarshalJSON(b []byte) error {
+	n, ok := countElements(b)
+	switch {
+	case !ok:
+		return errors.New("shape is not an array")
+	case n > MaxRank:
+		return fmt.Errorf("shape has %d dimensions, more than the %d this reader accepts", n, MaxRank)
+	}
+	v, err := parseCounts(b, n, "shape dimension %d")
+	*s = v
+	return err
+}
+
+// UnmarshalJSON decodes the two data offsets.
+func (o *offsetsJSON) UnmarshalJSON(b []byte) error {
+	n, ok := countElements(b)
+	switch {
+	case !ok:
+		return errors.New("data_offsets is not an array")
+	case n != 2:
+		return fmt.Errorf("data_offsets has %d values, want 2", n)
+	}
+	v, err := parseCounts(b, n, "data_offsets")
+	*o = v
+	return err
+}
+
+// parseCounts parses the n elements of the JSON array b with parseCount;
+// what (with %d for the index, if it has one) prefixes an error.
+func parseCounts(b []byte, n int, what string) ([]int, error) {
+	out := make([]int, 0, n)
+	err := eachElement(b, func(e []byte) error {
+		v, err := parseCount(e)
+		if err != nil {
+			if strings.Contains(what, "%d") {
+				return fmt.Errorf(what+": %w", len(out), err)
+			}
+			return fmt.Errorf(what+": %w", err)
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
+// countElements returns the number of elements of the JSON array b, which
+// encoding/json has already validated, or false if b is not an array. It
+// allocates nothing.
+func countElements(b []byte) (int, bool) {
+	b = bytes.TrimSpace(b)
+	if len(b) < 2 || b[0] != '[' {
+		return 0, false
+	}
+	n := 0
+	eachElement(b, func([]byte) error { n++; return nil })
+	return n, true
+}
+
+// eachElement calls f with the raw bytes of each top-level element of the
+// valid JSON array b, stopping at f's first error.
+func eachElement(b []byte, f func([]byte) error) error {
+	b = bytes.TrimSpace(b)
+	body := b[1 : len(b)-1]
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	start, depth, inStr, esc := 0, 0, false, false
+	for i, c := range body {
+		switch {
+		case inStr:
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+		case c == '"':
+			inStr = true
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 0:
+			if err := f(body[start:i]); err != nil {
+				return err
+			}
+			start = i + 1
+		}
+	}
+	return f(body[start:])
 }
 
 // parseHeader validates the header of a whole safetensors file image and
@@ -93,7 +207,10 @@ func parseHeader(file []byte) (entries []rawEntry, dataStart int, meta map[strin
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, 0, nil, fmt.Errorf("header is not a JSON object")
 	}
-	seen := make(map[string]bool)
+	// Every tensor entry takes at least minEntryJSON bytes, so this bounds
+	// the count and lets the slice be allocated once, within 2× the header.
+	entries = make([]rawEntry, 0, len(hdr)/minEntryJSON)
+	seenMeta := false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -103,23 +220,13 @@ func parseHeader(file []byte) (entries []rawEntry, dataStart int, meta map[strin
 		if !ok {
 			return nil, 0, nil, fmt.Errorf("header: key %v is not a string", tok)
 		}
-		if seen[name] {
-			// encoding/json would silently keep the last one; two
-			// descriptions of one tensor mean the file is corrupt.
-			return nil, 0, nil, fmt.Errorf("header: duplicate entry %q", name)
-		}
-		seen[name] = true
 		if name == "__metadata__" {
-			var m map[string]json.RawMessage
-			if err := dec.Decode(&m); err != nil {
-				return nil, 0, nil, fmt.Errorf("header: __metadata__: %w", err)
+			if seenMeta {
+				return nil, 0, nil, fmt.Errorf("header: duplicate entry %q", name)
 			}
-			meta = make(map[string]string, len(m))
-			for k, v := range m {
-				var s string
-				if json.Unmarshal(v, &s) == nil {
-					meta[k] = s
-				}
+			seenMeta = true
+			if meta, err = decodeMetadata(dec); err != nil {
+				return nil, 0, nil, fmt.Errorf("header: __metadata__: %w", err)
 			}
 			continue
 		}
@@ -143,11 +250,57 @@ func parseHeader(file []byte) (entries []rawEntry, dataStart int, meta map[strin
 			return nil, 0, nil, fmt.Errorf("header: unexpected data after the JSON object")
 		}
 	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+	for i := 1; i < len(entries); i++ {
+		if entries[i].Name == entries[i-1].Name {
+			// encoding/json would silently keep the last one; two
+			// descriptions of one tensor mean the file is corrupt.
+			return nil, 0, nil, fmt.Errorf("header: duplicate entry %q", entries[i].Name)
+		}
+	}
 	if err := checkOverlap(entries); err != nil {
 		return nil, 0, nil, err
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 	return entries, dataStart, meta, nil
+}
+
+// maxMetadata bounds the entries of __metadata__. Writers put a handful
+// there ("format": "pt"; training tools a few dozen); the bound keeps the map
+// built from them small whatever the header holds.
+const maxMetadata = 1024
+
+// decodeMetadata reads the __metadata__ object and keeps its string values;
+// values of other types are skipped, as before they were ignored.
+func decodeMetadata(dec *json.Decoder) (map[string]string, error) {
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	meta := make(map[string]string)
+	for n := 0; dec.More(); n++ {
+		if n == maxMetadata {
+			return nil, fmt.Errorf("more than %d entries", maxMetadata)
+		}
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		k, ok := tok.(string)
+		if !ok {
+			return nil, fmt.Errorf("key %v is not a string", tok)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%q: %w", k, err)
+		}
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			meta[k] = str
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, errors.New("unterminated JSON object")
+	}
+	return meta, nil
 }
 
 // checkEntry turns one header object into a rawEntry, refusing anything
@@ -162,24 +315,8 @@ func checkEntry(name string, h *headerJSON, dataLen int) (rawEntry, error) {
 	if !ok {
 		return e, fmt.Errorf("unknown dtype %q", e.DType)
 	}
-	e.Shape = make([]int, len(*h.Shape))
-	for i, d := range *h.Shape {
-		v, err := parseCount(d)
-		if err != nil {
-			return e, fmt.Errorf("shape dimension %d: %w", i, err)
-		}
-		e.Shape[i] = v
-	}
-	if len(*h.DataOffsets) != 2 {
-		return e, fmt.Errorf("data_offsets has %d values, want 2", len(*h.DataOffsets))
-	}
-	var err error
-	if e.Begin, err = parseCount((*h.DataOffsets)[0]); err != nil {
-		return e, fmt.Errorf("data_offsets: %w", err)
-	}
-	if e.End, err = parseCount((*h.DataOffsets)[1]); err != nil {
-		return e, fmt.Errorf("data_offsets: %w", err)
-	}
+	e.Shape = *h.Shape
+	e.Begin, e.End = (*h.DataOffsets)[0], (*h.DataOffsets)[1]
 	if e.Begin > e.End {
 		return e, fmt.Errorf("data_offsets [%d, %d] begin after end", e.Begin, e.End)
 	}

@@ -2,7 +2,9 @@ package safetensors
 
 import (
 	"encoding/binary"
+	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -43,6 +45,11 @@ func TestHeaderHostile(t *testing.T) {
 		{"shape product overflow", rawFile(`{"a": {"dtype": "F64", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}}`, d8), "is too large"},
 		{"element size overflow", rawFile(`{"a": {"dtype": "F64", "shape": [2305843009213693952], "data_offsets": [0, 8]}}`, d8), "is too large"},
 		{"negative offset", rawFile(`{"a": {"dtype": "I8", "shape": [1], "data_offsets": [-1, 0]}}`, d8), "-1 is not a non-negative integer"},
+		{"rank 9", rawFile(`{"a": {"dtype": "I8", "shape": [1,1,1,1,1,1,1,1,1], "data_offsets": [0, 1]}}`, d8), "shape has 9 dimensions, more than the 8 this reader accepts"},
+		{"shape not an array", rawFile(`{"a": {"dtype": "I8", "shape": 1, "data_offsets": [0, 1]}}`, d8), "shape is not an array"},
+		{"one offset", rawFile(`{"a": {"dtype": "I8", "shape": [1], "data_offsets": [1]}}`, d8), "data_offsets has 1 values"},
+		{"metadata not an object", rawFile(`{"__metadata__": [], "a": {"dtype": "I8", "shape": [1], "data_offsets": [0, 1]}}`, d8), "__metadata__: not a JSON object"},
+		{"two metadata", rawFile(`{"__metadata__": {}, "__metadata__": {}}`, d8), `duplicate entry "__metadata__"`},
 		{"three offsets", rawFile(`{"a": {"dtype": "I8", "shape": [1], "data_offsets": [0, 1, 2]}}`, d8), "data_offsets has 3 values"},
 		{"missing dtype", rawFile(`{"a": {"shape": [1], "data_offsets": [0, 1]}}`, d8), "needs dtype, shape and data_offsets"},
 		{"missing shape", rawFile(`{"a": {"dtype": "I8", "data_offsets": [0, 1]}}`, d8), "needs dtype, shape and data_offsets"},
@@ -54,6 +61,52 @@ func TestHeaderHostile(t *testing.T) {
 			_, _, _, err := parseHeader(tc.file)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("parseHeader: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A header is refused at a cost of a few times its size, however it is
+// packed: a shape of 200 000 dimensions (which used to be accepted and cost
+// 73× the file), data_offsets of as many values, 100 000 metadata entries,
+// or many small tensors before a bad one.
+func TestHeaderHostileAllocation(t *testing.T) {
+	const n = 200_000
+	var many strings.Builder
+	many.WriteString("{")
+	for i := 0; i < n/10; i++ {
+		fmt.Fprintf(&many, `"%d":{"dtype":"I8","shape":[0],"data_offsets":[0,0]},`, i)
+	}
+	many.WriteString(`"z":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}}`)
+	var meta strings.Builder
+	meta.WriteString(`{"__metadata__":{`)
+	for i := 0; i < n/2; i++ {
+		fmt.Fprintf(&meta, `"%d":"",`, i)
+	}
+	meta.WriteString(`"x":""}}`)
+	for _, tc := range []struct {
+		name string
+		file []byte
+		want string
+	}{
+		{"200k dimensions", rawFile(`{"a": {"dtype": "I8", "shape": [`+strings.Repeat("1,", n-1)+`1], "data_offsets": [0, 1]}}`, make([]byte, 8)), "shape has 200000 dimensions"},
+		{"200k offsets", rawFile(`{"a": {"dtype": "I8", "shape": [1], "data_offsets": [`+strings.Repeat("0,", n-1)+`1]}}`, make([]byte, 8)), "data_offsets has 200000 values"},
+		{"100k metadata entries", rawFile(meta.String(), nil), "more than 1024 entries"},
+		{"20k tensors then a bad one", rawFile(many.String(), nil), `tensor "z": data_offsets [0, 1] run past`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var a, b runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&a)
+			_, _, _, err := parseHeader(tc.file)
+			runtime.ReadMemStats(&b)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to mention %q", err, tc.want)
+			}
+			alloc := b.TotalAlloc - a.TotalAlloc
+			t.Logf("%d-byte file: %d bytes allocated (%.1f×)", len(tc.file), alloc, float64(alloc)/float64(len(tc.file)))
+			if limit := 8 * uint64(len(tc.file)); alloc > limit {
+				t.Errorf("refusing a %d-byte file allocated %d bytes, more than %d", len(tc.file), alloc, limit)
 			}
 		})
 	}
@@ -72,6 +125,23 @@ func TestHeaderValid(t *testing.T) {
 		t.Errorf("entries %+v start %d", entries, start)
 	}
 	if meta["format"] != "pt" || len(meta) != 1 {
+		t.Errorf("metadata %v", meta)
+	}
+}
+
+// Shapes of up to MaxRank dimensions and arrays written with spaces decode
+// as before.
+func TestHeaderShapes(t *testing.T) {
+	file := rawFile(`{"r8": {"dtype": "I8", "shape": [1, 1, 1, 1, 1, 1, 1, 2], "data_offsets": [0, 2]},
+		"s": {"dtype": "I8", "shape": [ ], "data_offsets": [ 2 , 3 ]}, "__metadata__": {"n": 1, "a": {"b": [1]}, "s": "x\u00e9"}}`, make([]byte, 3))
+	entries, _, meta, err := parseHeader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 || len(entries[0].Shape) != 8 || entries[0].Shape[7] != 2 || len(entries[1].Shape) != 0 || entries[1].Begin != 2 || entries[1].End != 3 {
+		t.Errorf("entries %+v", entries)
+	}
+	if len(meta) != 1 || meta["s"] != "xé" {
 		t.Errorf("metadata %v", meta)
 	}
 }
