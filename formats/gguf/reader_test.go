@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -660,5 +662,63 @@ func TestSharedKJV(t *testing.T) {
 	must(t, err)
 	if !bytes.Equal(b, orig) {
 		t.Errorf("rewritten file differs (%d vs %d bytes)", len(b), len(orig))
+	}
+}
+
+// Refusing a file costs a few times its size however its counts are packed:
+// every count is checked against the bytes left, and each element that is
+// allocated for takes file bytes of its own.
+func TestHostileAllocation(t *testing.T) {
+	const n = 100_000
+	kvs := header(0, n)
+	for i := 0; i < n; i++ {
+		kvs = append(kvs.str(fmt.Sprintf("k%d", i)).u32(uint32(TypeUint8)), 1)
+	}
+	kvs = kvs[:len(kvs)-1]
+	infos := header(n, 0)
+	for i := 0; i < n; i++ {
+		infos = infos.tinfo(fmt.Sprintf("t%d", i), []uint64{1}, 0, 0)
+	}
+	infos = infos.data(0)
+	arrays := header(0, 2).str("k").u32(uint32(TypeArray)).u32(uint32(TypeArray)).u64(n)
+	for i := 0; i < n; i++ {
+		arrays = append(arrays.u32(uint32(TypeUint8)).u64(1), 7)
+	}
+	strs := header(0, 1).str("k").u32(uint32(TypeArray)).u32(uint32(TypeString)).u64(n)
+	for i := 0; i < n-1; i++ {
+		strs = strs.str("")
+	}
+	strs = strs.u64(1 << 40)
+	dims := header(n+1, 0)
+	for i := 0; i < n; i++ {
+		dims = dims.tinfo(fmt.Sprintf("t%d", i), []uint64{1, 1, 1, 1}, 0, 0)
+	}
+	dims = append(dims.str("x"), 5, 0, 0, 0)
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"100k one-byte pairs, truncated", kvs, `key "k99999": uint8 value: unexpected end of file`},
+		{"100k tensor infos at one offset", infos, "lie past the end"},
+		{"array of 100k one-element arrays", arrays, "metadata pair 1: key"},
+		{"array of 100k empty strings", strs, "array element 99999: string length 1099511627776 exceeds"},
+		{"100k 4-D tensor infos, then n_dims 5", dims, "5 dimensions, more than the 4 ggml allows"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var a, b runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&a)
+			_, err := Parse(tc.in)
+			runtime.ReadMemStats(&b)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to mention %q", err, tc.want)
+			}
+			alloc := b.TotalAlloc - a.TotalAlloc
+			t.Logf("%d-byte file: %d bytes allocated (%.1f×)", len(tc.in), alloc, float64(alloc)/float64(len(tc.in)))
+			if limit := 8 * uint64(len(tc.in)); alloc > limit {
+				t.Errorf("refusing a %d-byte file allocated %d bytes, more than %d", len(tc.in), alloc, limit)
+			}
+		})
 	}
 }
