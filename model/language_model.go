@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/grok-go/grok/kernels"
@@ -29,7 +30,9 @@ type LanguageModel struct {
 }
 
 // New builds the model for cfg over the tensors of src, checking every
-// shape against the config. The weights are referenced, not copied.
+// shape against the config and the values of the tensors a single NaN or
+// infinity would spoil every logit through (see checkedAtLoad); a
+// *NonFiniteError names each bad one. The weights are referenced, not copied.
 func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -37,6 +40,8 @@ func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 	c := &cfg
 	D, V := c.EmbSize, c.VocabSize
 	lm := &LanguageModel{Config: cfg}
+	fs := &finiteSource{src: src, seen: map[string]bool{}}
+	src = fs
 	var err error
 	if lm.Embed, err = loadLinear(src, "token_embd.weight", V, D); err != nil {
 		return nil, err
@@ -65,6 +70,11 @@ func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 			return nil, err
 		}
 		lm.Transformer.Layers = append(lm.Transformer.Layers, d)
+	}
+	// A NaN in a norm, the router, the embedding or a scale makes every
+	// logit NaN: refuse the weights, naming each bad tensor.
+	if err := errors.Join(fs.bad...); err != nil {
+		return nil, err
 	}
 	return lm, nil
 }
