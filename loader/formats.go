@@ -62,7 +62,7 @@ func openXAI(dir string, opt Options) (*Model, error) {
 	m := &Model{LanguageModel: lm, Format: "xai", Path: dir, Source: ck, closers: []ioCloser{ck}}
 	for _, p := range ck.Params() {
 		if t, ok := ck.Lookup(p.Name); ok {
-			m.tensors = append(m.tensors, describe(p.Name+" ("+p.File+")", t))
+			m.tensors = append(m.tensors, describe(p.Name+" ("+p.File+")", p.Name, t))
 		}
 	}
 	// The tokenizer is not in ckpt-0/: look next to config.json, then in
@@ -125,7 +125,7 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 			continue
 		}
 		if t, ok := st.Lookup(ti.Canonical); ok {
-			m.tensors = append(m.tensors, describe(ti.Name, t))
+			m.tensors = append(m.tensors, describe(ti.Name, ti.Canonical, t))
 		}
 	}
 	dir := path
@@ -151,8 +151,8 @@ func checkVocab(m *Model) error {
 	return nil
 }
 
-func describe(name string, t *tensor.Tensor) TensorDesc {
-	d := TensorDesc{Name: name, Type: t.Type.String(), Shape: t.Shape, Bytes: int64(len(t.Data))}
+func describe(name, canon string, t *tensor.Tensor) TensorDesc {
+	d := TensorDesc{Name: name, Type: t.Type.String(), Shape: t.Shape, Bytes: int64(len(t.Data)), canon: canon}
 	if t.Transposed {
 		d.Type += " [in,out]"
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/internal/safefile"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tensor"
 	"github.com/grok-go/grok/tokenizer"
 )
 
@@ -146,6 +147,35 @@ type TensorDesc struct {
 	Type  string
 	Shape []int // numpy order, outermost first
 	Bytes int64
+
+	canon string // the name Source serves it under
+}
+
+// CheckFinite scans every tensor of the file that the engine can compute
+// with — all of its values, Q8_0 block scales and int8 scales — for NaN and
+// infinities. It returns the number of tensors scanned and one error (a
+// *model.NonFiniteError) per bad tensor, in file order. It reads the whole
+// model, so it takes as long as reading the file does.
+func (m *Model) CheckFinite() (scanned int, bad []error) {
+	check := func(t *tensor.Tensor, ok bool) {
+		if !ok {
+			return
+		}
+		scanned++
+		if err := model.CheckFinite(t); err != nil {
+			bad = append(bad, err)
+		}
+	}
+	if m.GGUF != nil {
+		for _, ti := range m.GGUF.Tensors {
+			check(m.GGUF.Lookup(ti.Name))
+		}
+		return scanned, bad
+	}
+	for _, d := range m.tensors {
+		check(m.Source.Lookup(d.canon))
+	}
+	return scanned, bad
 }
 
 // Tensors lists the file's tensors in file order.

@@ -3,21 +3,23 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 )
 
 func init() {
 	register(command{
 		name:    "inspect",
-		usage:   "-m MODEL",
-		summary: "print a model's config and tensor table",
+		usage:   "-m MODEL [--check]",
+		summary: "print a model's config and tensor table; --check scans every weight for NaN/Inf",
 		run:     runInspect,
 	})
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("inspect", "-m MODEL", stderr)
+	fs := newFlagSet("inspect", "-m MODEL [--check]", stderr)
 	mf := addModelFlags(fs)
+	check := fs.Bool("check", false, "scan every tensor for NaN and infinities (reads the whole model); exit 1 if any has one")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
@@ -51,5 +53,18 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 		total += t.Bytes
 	}
 	fmt.Fprintf(w, "\n%d tensors, %.1f MB\n", len(m.Tensors()), float64(total)/1e6)
-	return w.Flush()
+	if err := w.Flush(); err != nil || !*check {
+		return err
+	}
+	// Loading already refused a bad norm, router, embedding or scale; this
+	// reads the matrices it leaves alone.
+	n, bad := m.CheckFinite()
+	for _, err := range bad {
+		fmt.Fprintf(stdout, "NaN/Inf: %v\n", strings.TrimPrefix(err.Error(), "model: "))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%d of %d tensors hold NaN or infinite values", len(bad), n)
+	}
+	fmt.Fprintf(stdout, "check: every value of the %d tensors is finite\n", n)
+	return nil
 }

@@ -13,8 +13,10 @@ import (
 	"testing"
 
 	"github.com/grok-go/grok/internal/defaultmodel"
+	"github.com/grok-go/grok/internal/fixtures"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tensor"
 )
 
 func grok(t *testing.T, args ...string) (stdout, stderr string, code int) {
@@ -191,3 +193,59 @@ func TestTokenizeRoundTrip(t *testing.T) {
 }
 
 const kjvTokenizer = "../../tokenizer/testdata/grok-tiny-kjv/tokenizer.model"
+
+// inspect --check names each tensor holding NaN or infinity and exits 1; a
+// bad norm is refused already when the model opens.
+func TestInspectCheck(t *testing.T) {
+	m := fixtures.Random(fixtures.SmallConfig(), 9, fixtures.ModerateGains)
+	dir := t.TempDir()
+	write := func(name string, poison map[string]int) string {
+		mm := *m
+		mm.Tensors = map[string]*tensor.Tensor{}
+		for k, v := range m.Tensors {
+			mm.Tensors[k] = v
+		}
+		for k, i := range poison {
+			tt := *m.Tensors[k]
+			tt.Data = append([]byte(nil), tt.Data...)
+			binary.LittleEndian.PutUint32(tt.Data[4*i:], math.Float32bits(float32(math.NaN())))
+			mm.Tensors[k] = &tt
+		}
+		p := filepath.Join(dir, name)
+		if err := fixtures.WriteGGUF(p, &mm, fixtures.GGUFOptions{Type: tensor.F32}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		path   string
+		code   int
+		stdout []string
+		stderr string
+	}{
+		{"clean", write("clean.gguf", nil), 0, []string{"every value of the 26 tensors is finite"}, ""},
+		{"golden", tiny, 0, []string{"every value of the 26 tensors is finite"}, ""},
+		{"two bad matrices", write("bad.gguf", map[string]int{"blk.0.attn_k.weight": 40, "blk.1.ffn_gate_exps.weight": 5}), 1,
+			[]string{`NaN/Inf: tensor "blk.0.attn_k.weight": element 40 is NaN`, `NaN/Inf: tensor "blk.1.ffn_gate_exps.weight": element 5 is NaN`},
+			"2 of 26 tensors hold NaN or infinite values"},
+		{"bad norm", write("norm.gguf", map[string]int{"blk.1.layer_output_norm.weight": 2}), 1, nil,
+			`tensor "blk.1.layer_output_norm.weight": element 2 is NaN`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, e, code := grok(t, "inspect", "-m", tc.path, "--check")
+			if code != tc.code || !strings.Contains(e, tc.stderr) {
+				t.Fatalf("exit %d, stderr %q; want exit %d mentioning %q", code, e, tc.code, tc.stderr)
+			}
+			for _, w := range tc.stdout {
+				if !strings.Contains(o, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, o)
+				}
+			}
+		})
+	}
+	// Without --check the matrices are not read.
+	if _, e, code := grok(t, "inspect", "-m", filepath.Join(dir, "bad.gguf")); code != 0 {
+		t.Errorf("inspect without --check: exit %d: %s", code, e)
+	}
+}
