@@ -11,7 +11,7 @@ import (
 
 // New sizes nothing by num_layers before the layers load: a count far above
 // what the source holds fails at the first missing layer, having allocated
-// only for the layers that exist (it allocated ~540 bytes per claimed layer).
+// only for the layers that exist.
 func TestNewLayerCountBacksAllocation(t *testing.T) {
 	src := fixtures.Random(fixtures.SmallConfig(), 1, fixtures.ModerateGains)
 	for _, n := range []int{3, 10_000_000, 1<<31 - 1} {

@@ -97,11 +97,10 @@ func CheckFinite(t *tensor.Tensor) error {
 
 // checkedAtLoad reports whether New scans a tensor's values when it loads:
 // the norms and the router, which are small, and the embedding and
-// unembedding. Those are V×D (1.6 GB of Grok-1's ~300 GB in BF16), but the
-// unembedding reads all of its matrix on every forward pass, so scanning at
-// load costs one extra pass over pages the first token needs anyway. The
-// expert and attention matrices are left to `grok inspect --check`.
+// unembedding; the expert and attention matrices are left to
+// `grok inspect --check`.
 func checkedAtLoad(name string) bool {
+	// Embedding: each forward pass reads all V×D of the unembedding, so one scan at load is cheap.
 	return strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, ".ffn_gate_inp.weight") ||
 		name == "token_embd.weight" || name == "output.weight"
 }

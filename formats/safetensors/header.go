@@ -65,7 +65,7 @@ type rawEntry struct {
 // tensors have at most 3 and ggml allows 4; numpy allows 64, but no model
 // checkpoint we know of goes past 5. The bound is checked before the shape
 // is decoded, so that a header cannot make the reader build millions of
-// dimensions (a 5-million-dimension shape in a 10 MB file once cost 728 MB).
+// dimensions.
 const MaxRank = 8
 
 // minEntryJSON is the fewest header bytes one tensor entry can take:

@@ -67,9 +67,8 @@ func TestHeaderHostile(t *testing.T) {
 }
 
 // A header is refused at a cost of a few times its size, however it is
-// packed: a shape of 200 000 dimensions (which used to be accepted and cost
-// 73× the file), data_offsets of as many values, 100 000 metadata entries,
-// or many small tensors before a bad one.
+// packed: a shape of 200 000 dimensions, data_offsets of as many values,
+// 100 000 metadata entries, or many small tensors before a bad one.
 func TestHeaderHostileAllocation(t *testing.T) {
 	const n = 200_000
 	var many strings.Builder
