@@ -82,6 +82,24 @@ func CheckFinite(t *tensor.Tensor) error {
 				return bad(i/tensor.Q8BlockBytes*tensor.Q8BlockSize, "Q8_0 block scale", tensor.HalfToFloat(b))
 			}
 		}
+	default:
+		if !t.Type.Quantized() {
+			break
+		}
+		// ggml's other block types keep their scales in different places;
+		// decoding each block finds a bad scale in any of them.
+		bs, bb := t.Type.BlockSize(), t.Type.BlockBytes()
+		var buf [tensor.QK_K]float32
+		for b := 0; (b+1)*bb <= len(d); b++ {
+			if err := tensor.DequantizeRow(t.Type, d[b*bb:(b+1)*bb], buf[:bs]); err != nil {
+				return fmt.Errorf("model: %w", err)
+			}
+			for j, v := range buf[:bs] {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					return bad(b*bs+j, t.Type.String()+" block", v)
+				}
+			}
+		}
 	case tensor.I8:
 		if t.Scales != nil {
 			if err := CheckFinite(t.Scales); err != nil {

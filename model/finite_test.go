@@ -137,6 +137,17 @@ func TestCheckFinite(t *testing.T) {
 		}
 		return b
 	}
+	// kblocks returns two zero blocks of bb bytes with the fp16 at offset
+	// off set to v in block at (both blocks if at < 0).
+	kblocks := func(bb, off int, v uint16, at int) []byte {
+		b := make([]byte, 2*bb)
+		for k := 0; k < 2; k++ {
+			if at < 0 || k == at {
+				le.PutUint16(b[k*bb+off:], v)
+			}
+		}
+		return b
+	}
 	for _, tc := range []struct {
 		name string
 		t    *tensor.Tensor
@@ -155,6 +166,9 @@ func TestCheckFinite(t *testing.T) {
 		{"BF16 NaN", raw(tensor.BF16, []int{2}, []byte{0xc1, 0x7f, 0, 0}), "element 0 is NaN"},
 		{"Q8_0 finite", raw(tensor.Q8_0, []int{64}, q8(0x7bff)), ""},
 		{"Q8_0 Inf scale", raw(tensor.Q8_0, []int{64}, q8(0x7c00)), "the scale of the Q8_0 block starting at element 32 is +Inf"},
+		{"Q4_K finite", raw(tensor.Q4_K, []int{512}, kblocks(144, 0, 0x7bff, -1)), ""},
+		{"Q4_K Inf d in block 1", raw(tensor.Q4_K, []int{512}, kblocks(144, 0, 0x7c00, 1)), "element 256 is NaN"},
+		{"Q6_K NaN d (last bytes) in block 0", raw(tensor.Q6_K, []int{512}, kblocks(210, 208, 0x7e00, 0)), "element 0 is NaN"},
 		{"I8 finite scales", i8(0x3f80, 0x7f7f), ""},
 		{"I8 -Inf scale", i8(0x3f80, 0xff80), "scales element 1 is -Inf"},
 		{"I8 without scales", raw(tensor.I8, []int{2}, []byte{0x80, 0x7f}), ""},
