@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -63,6 +64,11 @@ func (m *Model) Close() error {
 // Open loads the model at path, detecting its format.
 func Open(path string, opt Options) (*Model, error) {
 	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !st.IsDir() && gguf.IsPartName(path) {
+		// The prefix of gguf-split shards names no file, and later byte
+		// parts of a GGUF file lack the magic: gguf.OpenModel finds the set.
+		return openGGUF(path, opt)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -86,24 +92,29 @@ func Open(path string, opt Options) (*Model, error) {
 	_, err = io.ReadFull(fh, magic)
 	fh.Close()
 	if err == nil && string(magic) == gguf.Magic {
-		f, err := gguf.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		m, err := fromGGUF(f, path)
-		if err == nil && opt.Tokenizer != "" {
-			if m.Tokenizer, err = tokenizer.Load(opt.Tokenizer); err == nil {
-				err = checkVocab(m)
-			}
-		}
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		m.closers = append(m.closers, f)
-		return m, nil
+		return openGGUF(path, opt)
 	}
 	return nil, fmt.Errorf("loader: %s: unknown model format (not GGUF, safetensors or an xAI checkpoint folder)", path)
+}
+
+// openGGUF opens a GGUF model: one file, gguf-split shards or byte parts.
+func openGGUF(path string, opt Options) (*Model, error) {
+	f, err := gguf.OpenModel(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := fromGGUF(f, path)
+	if err == nil && opt.Tokenizer != "" {
+		if m.Tokenizer, err = tokenizer.Load(opt.Tokenizer); err == nil {
+			err = checkVocab(m)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	m.closers = append(m.closers, f)
+	return m, nil
 }
 
 // FromGGUFBytes loads a GGUF model held in memory (e.g. embedded in the

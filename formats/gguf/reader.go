@@ -30,6 +30,7 @@ type File struct {
 	names   map[string]int // tensor name → index in Tensors
 	release func() error   // unmaps the file; nil for Parse
 	closed  bool           // data is gone
+	split   *splitInfo     // tensors of several files (split.go); nil for one
 }
 
 // maxNesting bounds arrays of arrays. GGUF writers never nest (ggml cannot
@@ -49,6 +50,24 @@ const minKVSize = 8 + 4 + 1
 // bytes, so data must stay unmodified while the File is in use. Metadata
 // strings are copied.
 func Parse(data []byte) (*File, error) {
+	f, err := parseHeader(data)
+	if err != nil {
+		return nil, err
+	}
+	// Data section: it starts at the next multiple of the alignment and runs
+	// to the end of the file. A file without tensor bytes may end before
+	// the padding does; its data section is then empty.
+	start := min(uint64(f.DataOffset), uint64(len(data)))
+	f.data = data[start:len(data):len(data)]
+	if err := f.checkLayout(int64(len(f.data))); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// parseHeader parses everything before the data section and sets
+// DataOffset; it serves Parse and files split into byte parts.
+func parseHeader(data []byte) (*File, error) {
 	d := &decoder{buf: data}
 	f := &File{}
 
@@ -153,28 +172,17 @@ func Parse(data []byte) (*File, error) {
 		f.Tensors = append(f.Tensors, ti)
 	}
 
-	// Data section: it starts at the next multiple of the alignment and runs
-	// to the end of the file. A file without tensor bytes may end before
-	// the padding does; its data section is then empty.
 	start := uint64(d.off)
 	if r := start % uint64(f.Alignment); r != 0 {
 		start += uint64(f.Alignment) - r
 	}
 	f.DataOffset = int64(start) // ≤ len(data) + alignment: no overflow
-	if start > uint64(len(data)) {
-		start = uint64(len(data))
-	}
-	f.data = data[start:len(data):len(data)]
-	if err := f.checkLayout(); err != nil {
-		return nil, err
-	}
 	return f, nil
 }
 
-// checkLayout verifies that every tensor lies inside the data section and
-// that no two tensors share bytes.
-func (f *File) checkLayout() error {
-	n := int64(len(f.data))
+// checkLayout verifies that every tensor lies inside a data section of n
+// bytes and that no two tensors share bytes.
+func (f *File) checkLayout(n int64) error {
 	order := make([]int, 0, len(f.Tensors))
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
@@ -304,11 +312,14 @@ func (f *File) Info(name string) (*TensorInfo, bool) {
 }
 
 // TensorBytes returns the raw bytes of a tensor of any type, aliasing the
-// file.
+// file (a tensor that straddles two byte parts is the copy OpenModel made).
 func (f *File) TensorBytes(name string) ([]byte, bool) {
 	ti, ok := f.Info(name)
 	if !ok || f.closed {
 		return nil, false
+	}
+	if f.split != nil {
+		return f.split.views[f.names[name]], true
 	}
 	return f.data[ti.Offset : ti.Offset+ti.Size : ti.Offset+ti.Size], true
 }
