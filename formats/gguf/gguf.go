@@ -20,7 +20,10 @@
 // hostile: every count and length is checked against the bytes that remain
 // before anything sized by it is allocated, so a corrupt or malicious file
 // yields an error, never a panic or an outsized allocation. Tensor data is
-// never copied: Lookup returns views into the mapping.
+// never copied: Lookup returns views into the mapping. OpenModel also opens
+// a model stored as llama.cpp's gguf-split shards or as a file cut into byte
+// parts (name.gguf.part1of4, …), as one File; Writer.WriteSplit writes
+// shards.
 //
 // Writer builds GGUF v3 files, streaming tensor data one tensor at a time so
 // that a conversion never needs more than one tensor in memory.

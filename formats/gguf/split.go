@@ -79,7 +79,8 @@ func (f *File) AssembledBytes() int64 {
 // and its tensors are those of every shard; all files are memory-mapped and
 // Close unmaps them all. The set is checked as a whole before it is used:
 // every shard present once, in its place, agreeing on the count, and every
-// tensor in exactly one shard.
+// tensor in exactly one shard. A shard's TensorInfo.Offset stays relative to
+// its own shard's data section, and DataOffset is the first shard's.
 func OpenModel(path string) (*File, error) {
 	if base, _, _, ok := partName(filepath.Base(path)); ok {
 		return openParts(filepath.Join(filepath.Dir(path), base))
