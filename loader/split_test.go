@@ -116,6 +116,8 @@ func TestSplitModelsLogits(t *testing.T) {
 		{"part 1", parts[0], len(parts)},
 		{"part 3", parts[2], len(parts)},
 		{"parts' whole name", filepath.Join(partsDir, "grok-tiny.Q4_K_M.gguf"), len(parts)},
+		{"llama-gguf-split output", "../testdata/grok-tiny-split/grok-tiny-00002-of-00004.gguf", 4},
+		{"llama-gguf-split prefix", "../testdata/grok-tiny-split/grok-tiny", 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := Open(tc.path, Options{})

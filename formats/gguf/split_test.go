@@ -99,8 +99,8 @@ func TestWriteSplit(t *testing.T) {
 				}
 				want := []KV{
 					{SplitNoKey, Value{Type: TypeUint16, Data: uint16(i)}},
-					{SplitCountKey, Value{Type: TypeUint16, Data: uint16(len(paths))}},
 					{SplitTensorsCountKey, Value{Type: TypeInt32, Data: int32(len(orig.Tensors))}},
+					{SplitCountKey, Value{Type: TypeUint16, Data: uint16(len(paths))}},
 				}
 				if !reflect.DeepEqual(keys, want) {
 					t.Errorf("shard %d: keys %v, want %v", i, keys, want)
@@ -150,7 +150,7 @@ func TestSplitRefusesBadLimits(t *testing.T) {
 	must(t, w.AddKV(SplitCountKey, uint16(9)))
 	shards, err := w.Split(8, 0)
 	must(t, err)
-	if n, _ := shards[0].kvs[len(shards[0].kvs)-2].Value.Uint(); n != uint64(len(shards)) {
+	if n, _ := shards[0].kvs[len(shards[0].kvs)-1].Value.Uint(); n != uint64(len(shards)) {
 		t.Errorf("split.count %d, want %d", n, len(shards))
 	}
 }
@@ -444,4 +444,30 @@ func TestOpenModelPartErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriteSplitMatchesGGUFSplit: WriteSplit writes byte for byte what
+// llama.cpp's llama-gguf-split --split-max-tensors 8 wrote for the fixture
+// (testdata/grok-tiny-split/README.md), and OpenModel reads that set.
+func TestWriteSplitMatchesGGUFSplit(t *testing.T) {
+	_, orig := tiny(t)
+	const dir = "../../testdata/grok-tiny-split"
+	paths, err := copyWriter(t, orig).WriteSplit(filepath.Join(t.TempDir(), "grok-tiny"), 8, 0)
+	must(t, err)
+	if len(paths) != 4 {
+		t.Fatalf("%d shards, want 4", len(paths))
+	}
+	for _, p := range paths {
+		got, err := os.ReadFile(p)
+		must(t, err)
+		want, err := os.ReadFile(filepath.Join(dir, filepath.Base(p)))
+		must(t, err)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from llama-gguf-split's", filepath.Base(p))
+		}
+	}
+	f, err := OpenModel(filepath.Join(dir, "grok-tiny"))
+	must(t, err)
+	defer f.Close()
+	sameTensors(t, f, orig)
 }

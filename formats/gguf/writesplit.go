@@ -15,8 +15,9 @@ import (
 // though a shard always holds at least one tensor.
 //
 // The first shard holds all of w's metadata followed by split.no (u16),
-// split.count (u16) and split.tensors.count (i32); the others hold only
-// those three keys. Split keys already in w (from a model that was itself
+// split.tensors.count (i32) and split.count (u16), in gguf-split's order
+// (it sets split.count last, once it knows it); the others hold only those
+// three keys, so that the shards are byte for byte what gguf-split writes. Split keys already in w (from a model that was itself
 // split) are dropped. A file without tensors becomes one shard.
 func (w *Writer) Split(maxTensors int, maxBytes int64) ([]*Writer, error) {
 	if w.err != nil {
@@ -63,8 +64,8 @@ func (w *Writer) Split(maxTensors int, maxBytes int64) ([]*Writer, error) {
 			}
 		}
 		s.AddKV(SplitNoKey, uint16(i))
-		s.AddKV(SplitCountKey, uint16(len(groups)))
 		s.AddKV(SplitTensorsCountKey, int32(len(w.tensors)))
+		s.AddKV(SplitCountKey, uint16(len(groups)))
 		for _, t := range g {
 			s.names[t.name] = true
 			s.tensors = append(s.tensors, t)
