@@ -137,6 +137,14 @@ func listFiles(dir string) (map[int]bool, error) {
 	return idx, nil
 }
 
+// layersHeld describes n layer files of per files a layer.
+func layersHeld(n, per int) string {
+	if n >= 0 && n%per == 0 {
+		return fmt.Sprintf("%d layers", n/per)
+	}
+	return fmt.Sprintf("not a whole number of layers of %d files", per)
+}
+
 func digits(s string) bool {
 	for _, c := range s {
 		if c < '0' || c > '9' {
@@ -148,14 +156,22 @@ func digits(s string) bool {
 
 // load maps and checks every file the configuration implies.
 func (c *Checkpoint) load() error {
-	ps := params(&c.cfg)
 	files, err := listFiles(c.dir)
 	if err != nil {
 		return err
 	}
-	if c.preset && len(files) != len(ps) {
-		return fmt.Errorf("no %s next to %s, and it holds %d tensor files, not Grok-1's %d: add a config.json", ConfigFileName, c.dir, len(files), len(ps))
+	// The file count is checked against num_layers before the parameter
+	// list is built from it: a config may declare thousands of layers.
+	per := len(layerModules(&c.cfg))
+	want := 2 + per*c.cfg.NumLayers
+	if c.preset && len(files) != want {
+		return fmt.Errorf("no %s next to %s, and it holds %d tensor files, not Grok-1's %d: add a config.json", ConfigFileName, c.dir, len(files), want)
 	}
+	if n := len(files) - 2; len(files) < want && (n < 0 || n%per == 0 || len(files) < want/2) {
+		return fmt.Errorf("the config says num_layers = %d (%d tensor files), but %s holds %d tensor files (%s)",
+			c.cfg.NumLayers, want, c.dir, len(files), layersHeld(n, per))
+	}
+	ps := params(&c.cfg)
 	for i := range files {
 		if i >= len(ps) {
 			return fmt.Errorf("%s holds %s, but the config (%d layers, %d experts) implies only %d files", c.dir, fileName(i), c.cfg.NumLayers, c.cfg.NumExperts, len(ps))

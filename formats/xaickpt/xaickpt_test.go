@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -531,7 +532,10 @@ func TestOpenErrors(t *testing.T) {
 			c := smallConfig()
 			c.NumLayers = 13
 			writeConfig(t, dir, c)
-		}, want: []string{"missing tensor"}},
+		}, want: []string{"num_layers = 13 (158 tensor files)", "holds 146 tensor files (12 layers)"}},
+		{name: "config with one file missing", after: func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, CkptDirName, fileName(7)))
+		}, want: []string{"missing tensor00007_000"}},
 		{name: "wrong payload size", o: writeOpts{edit: func(i int, p testParam, obj any) any {
 			if i == q {
 				o := obj.(qw8)
@@ -629,5 +633,31 @@ func TestOpenErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A config.json declaring the most layers LoadConfig allows beside a small
+// checkpoint is refused, naming num_layers, before the parameter list of
+// those layers is built (41 MB for 4096 layers).
+func TestManyLayersRefusedCheaply(t *testing.T) {
+	dir := t.TempDir()
+	writeCkpt(t, dir, smallConfig(), writeOpts{proto: 4})
+	c := smallConfig()
+	c.NumLayers = 4096
+	writeConfig(t, dir, c)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	ck, err := Open(dir)
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		ck.Close()
+		t.Fatal("Open succeeded")
+	}
+	if !strings.Contains(err.Error(), "num_layers = 4096") {
+		t.Errorf("error %q does not name num_layers", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("refusing allocated %d bytes", got)
 	}
 }
