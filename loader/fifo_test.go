@@ -24,6 +24,9 @@ func TestOpenRefusesFIFOs(t *testing.T) {
 		{"gguf", "", "model.gguf", "model.gguf"},
 		{"safetensors shard", "../testdata/hf-safetensors-tiny", "model-00002-of-00002.safetensors", "."},
 		{"xai tensor file", "../testdata/xai-ckpt-tiny", "ckpt-0/tensor00003_000", "."},
+		{"safetensors config.json", "../testdata/hf-safetensors-tiny", "config.json", "."},
+		{"safetensors index", "../testdata/hf-safetensors-tiny", "model.safetensors.index.json", "."},
+		{"xai config.json", "../testdata/xai-ckpt-tiny", "config.json", "."},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

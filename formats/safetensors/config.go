@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
+
+	"github.com/grok-go/grok/internal/safefile"
 )
 
 // maxConfigSize caps config.json and the shard index; real ones are a few
@@ -88,14 +89,7 @@ type configJSON struct {
 // readSmallFile reads a JSON side file, refusing absurd sizes before
 // allocating for them.
 func readSmallFile(path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > maxConfigSize {
-		return nil, fmt.Errorf("%s: %d bytes is too large for a JSON side file", path, st.Size())
-	}
-	return os.ReadFile(path)
+	return safefile.ReadFile(path, maxConfigSize)
 }
 
 // LoadConfig reads a Hugging Face config.json.

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
+
+	"github.com/grok-go/grok/internal/safefile"
 )
 
 // Config is the model configuration of an xAI checkpoint, with the field
@@ -95,14 +96,7 @@ const maxConfigSize = 1 << 20
 
 // LoadConfig reads a checkpoint's config.json.
 func LoadConfig(path string) (*Config, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > maxConfigSize {
-		return nil, fmt.Errorf("%s: %d bytes is too large for a config", path, st.Size())
-	}
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, maxConfigSize)
 	if err != nil {
 		return nil, err
 	}
