@@ -17,6 +17,27 @@ type MultiHeadAttention struct {
 	AttnLogitCap              float32
 }
 
+// attnScratch is attention's part of the workspace.
+type attnScratch struct {
+	q, o     []float32  // N×Hq·K
+	k, v     []float32  // N×Hkv·K
+	cos, sin []float32  // N×K/2: each row's RoPE table, for every layer
+	scores   []float32  // per thread: G×S (G query heads a kv head)
+	items    []attnItem // work items of the call
+
+	ropeTabJob ropeTableTask
+	ropeJob    ropeTask
+	attnJob    attnTask
+}
+
+// grow sizes the per-row buffers for N rows.
+func (s *attnScratch) grow(c *Config, N int) {
+	qd, kd := c.NumQHeads*c.KeySize, c.NumKVHeads*c.KeySize
+	s.q, s.o = make([]float32, N*qd), make([]float32, N*qd)
+	s.k, s.v = make([]float32, N*kd), make([]float32, N*kd)
+	s.cos, s.sin = make([]float32, N*c.KeySize/2), make([]float32, N*c.KeySize/2)
+}
+
 // attnSeq is one sequence of a batched call: its rows in the call's
 // activations, its memory slot and its starting position.
 type attnSeq struct {
@@ -27,7 +48,7 @@ type attnSeq struct {
 
 // Forward runs attention for layer l over the whole batch. x holds the
 // normed inputs (N×D); the result (N×D) goes to dst. Every step runs on the
-// workspace's thread pool (see parallel.go for the split).
+// workspace's thread pool (see matmul.go for the split).
 func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attnSeq, mem *KVMemory, ws *workspace) {
 	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
 	qd, kd := Hq*K, Hkv*K
@@ -107,4 +128,43 @@ func (a *MultiHeadAttention) attendGroup(o, q, km, vm []float32, ok []bool, scor
 	}
 	vals := kernels.F32Mat(vm[:n*K], K, n, true)
 	kernels.MatMulRows(o, scores, G, &vals, 0, K)
+}
+
+// tokenBlock is how many query tokens of one sequence and kv head form one
+// attention work item: small enough to balance a long prompt across threads,
+// large enough that an item is worth a claim.
+const tokenBlock = 16
+
+// attnItem is one attention work item: query tokens [t0, t1) of sequence
+// seq, for the G query heads of kv head kvh.
+type attnItem struct {
+	seq, kvh, t0, t1 int
+}
+
+// attnTask runs attention items.
+type attnTask struct {
+	a      *MultiHeadAttention
+	ws     *workspace
+	mem    *KVMemory
+	layer  int
+	q, o   []float32
+	scores []float32 // per thread: S
+	S      int
+}
+
+func (t *attnTask) Run(worker, lo, hi int) {
+	a, ws := t.a, t.ws
+	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
+	qd, G := Hq*K, Hq/Hkv
+	scratch := t.scores[worker*G*t.S : (worker+1)*G*t.S]
+	for _, it := range ws.items[lo:hi] {
+		s := ws.seqs[it.seq]
+		km, vm := t.mem.head(t.layer, s.slot, it.kvh)
+		ok := t.mem.keyOK[s.slot]
+		for tok := it.t0; tok < it.t1; tok++ {
+			pos, r := s.start+tok, s.row+tok
+			h0 := r*qd + it.kvh*G*K // the G query heads of this kv head
+			a.attendGroup(t.o[h0:h0+G*K], t.q[h0:h0+G*K], km, vm, ok[:pos+1], scratch[:G*(pos+1)])
+		}
+	}
 }

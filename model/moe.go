@@ -1,6 +1,45 @@
 package model
 
-import "github.com/grok-go/grok/parallel"
+import (
+	"github.com/grok-go/grok/kernels"
+	"github.com/grok-go/grok/parallel"
+)
+
+// ffnScratch is the feed-forward part of the workspace: the router's
+// output and the experts' gathered rows (DenseBlock uses h1 and h2 too).
+type ffnScratch struct {
+	probs       []float32 // N×E
+	idx         []int     // N×k
+	gate        []float32 // N×k
+	rows        []int     // N×k: rows grouped by expert
+	rowGate     []float32 // N×k
+	expertStart []int     // E+1: where each expert's rows start in rows
+	expertFill  []int     // E
+	parts       []expertPart
+	capE        int       // rows of xs, y, h1 and h2
+	xs, y       []float32 // capE×D
+	h1, h2      []float32 // capE×F
+
+	ffnJob  ffnTask
+	upJob   expertUpTask
+	downJob expertDownTask
+}
+
+// grow sizes the buffers for N rows.
+func (s *ffnScratch) grow(c *Config, N int) {
+	D := c.EmbSize
+	E, k := max(c.NumExperts, 1), max(c.NumSelectedExperts, 1)
+	s.probs = make([]float32, N*E)
+	s.idx, s.gate = make([]int, N*k), make([]float32, N*k)
+	s.rows, s.rowGate = make([]int, N*k), make([]float32, N*k)
+	s.expertStart, s.expertFill = make([]int, E+1), make([]int, E)
+	s.parts = make([]expertPart, 0, E)
+	// The experts' rows of a call: N·k, up to maxExpertRows (long
+	// prompts run their experts in groups).
+	s.capE = max(N, min(N*k, maxExpertRows))
+	s.xs, s.y = make([]float32, s.capE*D), make([]float32, s.capE*D)
+	s.h1, s.h2 = make([]float32, s.capE*c.FFNSize), make([]float32, s.capE*c.FFNSize)
+}
 
 // MoELayer is model.py's MoELayer (272-400): each token goes through its
 // top-k experts, expert e computing (gelu(x·W_e) ⊙ (x·V_e))·W1_e with
@@ -138,5 +177,78 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, F int, ws *work
 	*down = expertDownTask{}
 	for i := range parts {
 		parts[i].gateParts, parts[i].upParts, parts[i].downParts = nil, nil, nil
+	}
+}
+
+// expertPart is one expert's share of an MoE call: the c rows routed to it,
+// gathered, and its buffers for them.
+type expertPart struct {
+	e      int
+	rows   []int     // the row of x and dst of each gathered row
+	gates  []float32 // the router's probability for each
+	xs, y  []float32 // c×D: gathered inputs, linear_1 outputs
+	h1, h2 []float32 // c×F
+	off    int       // start of the expert's hidden units in expertUpTask's index space
+	// Row-block partials of linear, linear_v and linear_1 when they run by
+	// blocks (decoding xAI int8), else nil.
+	gateParts, upParts, downParts [][]float32
+}
+
+// expertUpTask is the first half of every expert of a group as one loop:
+// the experts' F hidden units laid end to end (each starting aligned),
+// h1 = gelu(xs·Wᵀ) ⊙ (xs·Vᵀ) over a range of them.
+type expertUpTask struct {
+	m     *MoELayer
+	parts []expertPart
+}
+
+func (t *expertUpTask) Run(_, lo, hi int) {
+	for i := range t.parts {
+		p := &t.parts[i]
+		w := &t.m.Linear[p.e].W
+		F := w.Out
+		a, b := max(lo, p.off), min(hi, p.off+F)
+		if a >= b {
+			continue
+		}
+		a, b = a-p.off, b-p.off
+		c := len(p.rows)
+		if p.gateParts != nil {
+			kernels.CombineBlocks(p.h1, p.gateParts, c, w, a, b)
+			kernels.CombineBlocks(p.h2, p.upParts, c, &t.m.LinearV[p.e].W, a, b)
+		} else {
+			kernels.MatMulRows(p.h1, p.xs, c, w, a, b)
+			kernels.MatMulRows(p.h2, p.xs, c, &t.m.LinearV[p.e].W, a, b)
+		}
+		for r := 0; r < c; r++ {
+			h := p.h1[r*F+a : r*F+b]
+			kernels.GeluMul(h, h, p.h2[r*F+a:r*F+b])
+		}
+	}
+}
+
+// expertDownTask is the second half of every expert of a group as one loop
+// over the D outputs: for a range of them, each expert in index order
+// computes y = h1·W1ᵀ and adds gate·y to its rows of dst. Every element of
+// dst thus receives its experts' terms in index order, whatever the ranges.
+type expertDownTask struct {
+	m     *MoELayer
+	parts []expertPart
+	dst   []float32
+}
+
+func (t *expertDownTask) Run(_, lo, hi int) {
+	for i := range t.parts {
+		p := &t.parts[i]
+		w := &t.m.Linear1[p.e].W
+		D := w.Out
+		if p.downParts != nil {
+			kernels.CombineBlocks(p.y, p.downParts, len(p.rows), w, lo, hi)
+		} else {
+			kernels.MatMulRows(p.y, p.h1, len(p.rows), w, lo, hi)
+		}
+		for r, row := range p.rows {
+			kernels.Axpy(t.dst[row*D+lo:row*D+hi], p.gates[r], p.y[r*D+lo:r*D+hi])
+		}
 	}
 }

@@ -24,3 +24,53 @@ func (r *RotaryEmbedding) Apply(x []float32, heads, pos int, cos, sin []float32)
 		kernels.Rope(x[h*r.KeySize:(h+1)*r.KeySize], cos, sin)
 	}
 }
+
+// ropeTableTask computes each row's RoPE table (cos and sin of its
+// position's angles) once per forward call, one row per index. Every
+// layer's ropeTask reads them: the layers' RotaryEmbeddings are equal (one
+// config), so computing the tables per layer, as model.py does, would
+// repeat the same work L times.
+type ropeTableTask struct {
+	ws  *workspace
+	rot *RotaryEmbedding
+}
+
+func (t *ropeTableTask) Run(_, lo, hi int) {
+	ws, h := t.ws, t.rot.KeySize/2
+	for r := lo; r < hi; r++ {
+		s := ws.seqs[ws.rowSeq[r]]
+		t.rot.Tables(ws.cos[r*h:(r+1)*h], ws.sin[r*h:(r+1)*h], s.start+r-s.row)
+	}
+}
+
+// ropeTask rotates the new q and k rows and writes k and v into the memory,
+// one token per index.
+type ropeTask struct {
+	a       *MultiHeadAttention
+	ws      *workspace
+	mem     *KVMemory
+	layer   int
+	q, k, v []float32
+}
+
+func (t *ropeTask) Run(_, lo, hi int) {
+	a, ws := t.a, t.ws
+	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
+	qd, kd := Hq*K, Hkv*K
+	for r := lo; r < hi; r++ {
+		s := ws.seqs[ws.rowSeq[r]]
+		pos := s.start + r - s.row
+		// RoPE on q and k before the cache write (model.py 801-844); the
+		// row's table serves the token's q and k heads.
+		cos, sin := ws.cos[r*K/2:(r+1)*K/2], ws.sin[r*K/2:(r+1)*K/2]
+		for h := 0; h < Hq; h++ {
+			kernels.Rope(t.q[r*qd+h*K:r*qd+(h+1)*K], cos, sin)
+		}
+		for h := 0; h < Hkv; h++ {
+			kernels.Rope(t.k[r*kd+h*K:r*kd+(h+1)*K], cos, sin)
+			km, vm := t.mem.head(t.layer, s.slot, h)
+			copy(km[pos*K:(pos+1)*K], t.k[r*kd+h*K:])
+			copy(vm[pos*K:(pos+1)*K], t.v[r*kd+h*K:])
+		}
+	}
+}

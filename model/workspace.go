@@ -4,47 +4,25 @@ import "github.com/grok-go/grok/parallel"
 
 // workspace holds every activation buffer of a forward call, sized for the
 // largest call seen so far, and the loop bodies handed to the thread pool,
-// so that steady-state decoding allocates nothing.
+// so that steady-state decoding allocates nothing. Each block's own scratch
+// is a struct beside the block (attnScratch in attention.go, ffnScratch in
+// moe.go, matScratch in matmul.go), embedded here.
 type workspace struct {
 	capN, capS, threads int
-	h, xn, a            []float32 // N×D
-	q, o                []float32 // N×Hq·K
-	k, v                []float32 // N×Hkv·K
-	cos, sin            []float32 // N×K/2: each row's RoPE table, for every layer
-	scores              []float32 // per thread: G×S (G query heads a kv head)
-	probs               []float32 // N×E
-	idx                 []int     // N×k
-	gate                []float32 // N×k
-	rows                []int     // N×k: rows grouped by expert
-	rowGate             []float32 // N×k
-	expertStart         []int     // E+1: where each expert's rows start in rows
-	expertFill          []int     // E
-	parts               []expertPart
-	capE                int       // rows of xs, y, h1 and h2
-	xs, y               []float32 // capE×D
-	h1, h2              []float32 // capE×F
+	h, xn, a            []float32 // N×D: the residual stream, normed inputs, a block's output
 	logits              []float32 // rows×V
-	seqs                []attnSeq
-	outRows             []int      // rows of h whose logits are wanted
-	rowSeq              []int      // N: index in seqs of each row
-	items               []attnItem // attention work items of the call
+	seqs                []attnSeq // the call's sequences
+	rowSeq              []int     // N: index in seqs of each row
+	outRows             []int     // rows of h whose logits are wanted
 
-	// The thread pool and the loop bodies run on it. Each task is a struct
-	// reused for every loop, so that handing it to the pool allocates
-	// nothing (a closure would escape to the heap on every call).
-	pool    *parallel.Pool
-	matJob  matTask
-	ffnJob  ffnTask
-	upJob   expertUpTask
-	downJob expertDownTask
+	// The thread pool the loops run on. Each loop body is a struct reused
+	// for every loop, so that handing it to the pool allocates nothing (a
+	// closure would escape to the heap on every call).
+	pool *parallel.Pool
 
-	// Products by row blocks (decoding int8 [in, out] layers): the
-	// partials' buffers, by slot, and the loop computing them.
-	bparts     [][][]float32
-	blockJob   blockTask
-	ropeTabJob ropeTableTask
-	ropeJob    ropeTask
-	attnJob    attnTask
+	attnScratch
+	ffnScratch
+	matScratch
 }
 
 // ensure sizes the buffers for N rows, memories of S rows per slot and the
@@ -53,23 +31,11 @@ type workspace struct {
 func (w *workspace) ensure(c *Config, N, S, threads int) {
 	if N > w.capN {
 		N = max(N, w.capN)
-		D, qd, kd := c.EmbSize, c.NumQHeads*c.KeySize, c.NumKVHeads*c.KeySize
-		E, k := max(c.NumExperts, 1), max(c.NumSelectedExperts, 1)
+		D := c.EmbSize
 		w.h, w.xn, w.a = make([]float32, N*D), make([]float32, N*D), make([]float32, N*D)
-		w.q, w.o = make([]float32, N*qd), make([]float32, N*qd)
-		w.k, w.v = make([]float32, N*kd), make([]float32, N*kd)
-		w.probs = make([]float32, N*E)
-		w.idx, w.gate = make([]int, N*k), make([]float32, N*k)
-		w.rows, w.rowGate = make([]int, N*k), make([]float32, N*k)
-		w.expertStart, w.expertFill = make([]int, E+1), make([]int, E)
-		w.parts = make([]expertPart, 0, E)
-		// The experts' rows of a call: N·k, up to maxExpertRows (long
-		// prompts run their experts in groups).
-		w.capE = max(N, min(N*k, maxExpertRows))
-		w.xs, w.y = make([]float32, w.capE*D), make([]float32, w.capE*D)
-		w.h1, w.h2 = make([]float32, w.capE*c.FFNSize), make([]float32, w.capE*c.FFNSize)
 		w.rowSeq = make([]int, N)
-		w.cos, w.sin = make([]float32, N*c.KeySize/2), make([]float32, N*c.KeySize/2)
+		w.attnScratch.grow(c, N)
+		w.ffnScratch.grow(c, N)
 		w.capN = N
 	}
 	if S > w.capS || threads != w.threads {

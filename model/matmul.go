@@ -41,10 +41,14 @@ import (
 // expert, linear and linear_v (with the gelu product) form one loop over F
 // and linear_1 a second over D.
 
-// tokenBlock is how many query tokens of one sequence and kv head form one
-// attention work item: small enough to balance a long prompt across threads,
-// large enough that an item is worth a claim.
-const tokenBlock = 16
+// matScratch is the threaded products' part of the workspace.
+type matScratch struct {
+	matJob matTask
+	// Products by row blocks (decoding int8 [in, out] layers): the
+	// partials' buffers, by slot, and the loop computing them.
+	bparts   [][][]float32
+	blockJob blockTask
+}
 
 // matTask computes y = x·Wᵀ for up to three matrices that share the input x,
 // as one loop over their outputs laid end to end. Each matrix starts at a
@@ -215,194 +219,6 @@ func scaleRange(dst []float32, out, n, lo, hi int, s float32) {
 		row := dst[i*out+lo : i*out+hi]
 		for c := range row {
 			row[c] *= s
-		}
-	}
-}
-
-// ffnTask is the first half of an expert (or of the dense block) over a
-// range of its F hidden units: h1 = gelu(x·Wᵀ) ⊙ (x·Vᵀ) for those units.
-// The gelu product is elementwise, so it is done in the same range while
-// the range's outputs are still in cache.
-type ffnTask struct {
-	gate, up *kernels.Mat
-	x        []float32
-	n        int
-	h1, h2   []float32 // n×F
-}
-
-func (t *ffnTask) Run(_, lo, hi int) {
-	kernels.MatMulRows(t.h1, t.x, t.n, t.gate, lo, hi)
-	kernels.MatMulRows(t.h2, t.x, t.n, t.up, lo, hi)
-	F := t.gate.Out
-	for i := 0; i < t.n; i++ {
-		h := t.h1[i*F+lo : i*F+hi]
-		kernels.GeluMul(h, h, t.h2[i*F+lo:i*F+hi])
-	}
-}
-
-// ffn runs the gated feed-forward block (gelu(x·W) ⊙ (x·V))·W1 over n rows
-// of x on the pool, leaving the result in y (n×D) and using h1, h2 (n×F).
-func (ws *workspace) ffn(y, x []float32, n int, w, v, w1 *Linear, h1, h2 []float32) {
-	t := &ws.ffnJob
-	*t = ffnTask{gate: &w.W, up: &v.W, x: x, n: n, h1: h1, h2: h2}
-	ws.pool.Run(w.W.Out, parallel.DefaultAlign, t)
-	*t = ffnTask{}
-	ws.matmul(h1, n, 0, []*Linear{w1}, y)
-}
-
-// expertPart is one expert's share of an MoE call: the c rows routed to it,
-// gathered, and its buffers for them.
-type expertPart struct {
-	e      int
-	rows   []int     // the row of x and dst of each gathered row
-	gates  []float32 // the router's probability for each
-	xs, y  []float32 // c×D: gathered inputs, linear_1 outputs
-	h1, h2 []float32 // c×F
-	off    int       // start of the expert's hidden units in expertUpTask's index space
-	// Row-block partials of linear, linear_v and linear_1 when they run by
-	// blocks (decoding xAI int8), else nil.
-	gateParts, upParts, downParts [][]float32
-}
-
-// expertUpTask is the first half of every expert of a group as one loop:
-// the experts' F hidden units laid end to end (each starting aligned),
-// h1 = gelu(xs·Wᵀ) ⊙ (xs·Vᵀ) over a range of them.
-type expertUpTask struct {
-	m     *MoELayer
-	parts []expertPart
-}
-
-func (t *expertUpTask) Run(_, lo, hi int) {
-	for i := range t.parts {
-		p := &t.parts[i]
-		w := &t.m.Linear[p.e].W
-		F := w.Out
-		a, b := max(lo, p.off), min(hi, p.off+F)
-		if a >= b {
-			continue
-		}
-		a, b = a-p.off, b-p.off
-		c := len(p.rows)
-		if p.gateParts != nil {
-			kernels.CombineBlocks(p.h1, p.gateParts, c, w, a, b)
-			kernels.CombineBlocks(p.h2, p.upParts, c, &t.m.LinearV[p.e].W, a, b)
-		} else {
-			kernels.MatMulRows(p.h1, p.xs, c, w, a, b)
-			kernels.MatMulRows(p.h2, p.xs, c, &t.m.LinearV[p.e].W, a, b)
-		}
-		for r := 0; r < c; r++ {
-			h := p.h1[r*F+a : r*F+b]
-			kernels.GeluMul(h, h, p.h2[r*F+a:r*F+b])
-		}
-	}
-}
-
-// expertDownTask is the second half of every expert of a group as one loop
-// over the D outputs: for a range of them, each expert in index order
-// computes y = h1·W1ᵀ and adds gate·y to its rows of dst. Every element of
-// dst thus receives its experts' terms in index order, whatever the ranges.
-type expertDownTask struct {
-	m     *MoELayer
-	parts []expertPart
-	dst   []float32
-}
-
-func (t *expertDownTask) Run(_, lo, hi int) {
-	for i := range t.parts {
-		p := &t.parts[i]
-		w := &t.m.Linear1[p.e].W
-		D := w.Out
-		if p.downParts != nil {
-			kernels.CombineBlocks(p.y, p.downParts, len(p.rows), w, lo, hi)
-		} else {
-			kernels.MatMulRows(p.y, p.h1, len(p.rows), w, lo, hi)
-		}
-		for r, row := range p.rows {
-			kernels.Axpy(t.dst[row*D+lo:row*D+hi], p.gates[r], p.y[r*D+lo:r*D+hi])
-		}
-	}
-}
-
-// ropeTableTask computes each row's RoPE table (cos and sin of its
-// position's angles) once per forward call, one row per index. Every
-// layer's ropeTask reads them: the layers' RotaryEmbeddings are equal (one
-// config), so computing the tables per layer, as model.py does, would
-// repeat the same work L times.
-type ropeTableTask struct {
-	ws  *workspace
-	rot *RotaryEmbedding
-}
-
-func (t *ropeTableTask) Run(_, lo, hi int) {
-	ws, h := t.ws, t.rot.KeySize/2
-	for r := lo; r < hi; r++ {
-		s := ws.seqs[ws.rowSeq[r]]
-		t.rot.Tables(ws.cos[r*h:(r+1)*h], ws.sin[r*h:(r+1)*h], s.start+r-s.row)
-	}
-}
-
-// ropeTask rotates the new q and k rows and writes k and v into the memory,
-// one token per index.
-type ropeTask struct {
-	a       *MultiHeadAttention
-	ws      *workspace
-	mem     *KVMemory
-	layer   int
-	q, k, v []float32
-}
-
-func (t *ropeTask) Run(_, lo, hi int) {
-	a, ws := t.a, t.ws
-	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
-	qd, kd := Hq*K, Hkv*K
-	for r := lo; r < hi; r++ {
-		s := ws.seqs[ws.rowSeq[r]]
-		pos := s.start + r - s.row
-		// RoPE on q and k before the cache write (model.py 801-844); the
-		// row's table serves the token's q and k heads.
-		cos, sin := ws.cos[r*K/2:(r+1)*K/2], ws.sin[r*K/2:(r+1)*K/2]
-		for h := 0; h < Hq; h++ {
-			kernels.Rope(t.q[r*qd+h*K:r*qd+(h+1)*K], cos, sin)
-		}
-		for h := 0; h < Hkv; h++ {
-			kernels.Rope(t.k[r*kd+h*K:r*kd+(h+1)*K], cos, sin)
-			km, vm := t.mem.head(t.layer, s.slot, h)
-			copy(km[pos*K:(pos+1)*K], t.k[r*kd+h*K:])
-			copy(vm[pos*K:(pos+1)*K], t.v[r*kd+h*K:])
-		}
-	}
-}
-
-// attnItem is one attention work item: query tokens [t0, t1) of sequence
-// seq, for the G query heads of kv head kvh.
-type attnItem struct {
-	seq, kvh, t0, t1 int
-}
-
-// attnTask runs attention items.
-type attnTask struct {
-	a      *MultiHeadAttention
-	ws     *workspace
-	mem    *KVMemory
-	layer  int
-	q, o   []float32
-	scores []float32 // per thread: S
-	S      int
-}
-
-func (t *attnTask) Run(worker, lo, hi int) {
-	a, ws := t.a, t.ws
-	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
-	qd, G := Hq*K, Hq/Hkv
-	scratch := t.scores[worker*G*t.S : (worker+1)*G*t.S]
-	for _, it := range ws.items[lo:hi] {
-		s := ws.seqs[it.seq]
-		km, vm := t.mem.head(t.layer, s.slot, it.kvh)
-		ok := t.mem.keyOK[s.slot]
-		for tok := it.t0; tok < it.t1; tok++ {
-			pos, r := s.start+tok, s.row+tok
-			h0 := r*qd + it.kvh*G*K // the G query heads of this kv head
-			a.attendGroup(t.o[h0:h0+G*K], t.q[h0:h0+G*K], km, vm, ok[:pos+1], scratch[:G*(pos+1)])
 		}
 	}
 }
