@@ -2,8 +2,8 @@
 // one file per model.py module (Linear, RMSNorm, RotaryEmbedding,
 // MultiHeadAttention, KVMemory, Router, MoELayer, DenseBlock, DecoderLayer,
 // Transformer, LanguageModel). It never reads files: a TensorSource hands it
-// named tensors. The maths is specified in shared/design/grok1-semantics.md;
-// comments cite its sections as "semantics §N".
+// named tensors. The maths is specified in docs/semantics.md; comments cite
+// its sections as "semantics §N".
 package model
 
 import (

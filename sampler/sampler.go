@@ -28,7 +28,7 @@
 // used.
 //
 // Line numbers cite runners.py at xai-org/grok-1 commit 7050ed2, as
-// shared/design/grok1-semantics.md §6 ("semantics §6") does.
+// docs/semantics.md §6 ("semantics §6") does.
 //
 // # Removed tokens
 //

@@ -8,7 +8,7 @@ import (
 // nameTable is the name mapping, and the only place it is written down:
 // Lookup serves the canonical GGUF names of model/weights.go (llama.cpp's
 // `grok` architecture) and finds each under the names of the three Hugging
-// Face spellings of Grok-1 (shared/design/xai-checkpoint-format.md, "Hugging
+// Face spellings of Grok-1 (docs/xai-checkpoint.md, "Hugging
 // Face safetensors naming"). Columns: canonical name; hpcai-tech/grok-1
 // (Grok1ModelForCausalLM); keyfan/grok-1-hf (GrokForCausalLM); Mixtral-style
 // (SGLang's grok.py, Grok-2); and the [out, in] shape config.json implies.

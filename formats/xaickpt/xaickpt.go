@@ -11,7 +11,7 @@
 // follows from the configuration alone (JAX's sorted flattening of the
 // Haiku parameter paths), and every array's declared dtype and shape are
 // checked against its byte count and against what the configuration implies.
-// shared/design/xai-checkpoint-format.md describes the format.
+// docs/xai-checkpoint.md describes the format.
 package xaickpt
 
 import (
