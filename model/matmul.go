@@ -7,12 +7,12 @@ import (
 
 // How a forward call is split across threads.
 //
-// The seed shards every matrix along its "model" mesh axis (semantics §2):
-// q, k, v, the experts' linear and linear_v and the unembedding are
-// column-parallel (each device owns a block of output columns), while the
-// attention output projection and linear_1 are row-parallel (each device
-// owns a block of input rows and the partial outputs are summed with a
-// psum). On one shared-memory machine every thread can read the whole
+// The seed shards every matrix along its "model" mesh axis (semantics §2.3):
+// q, k, v and the experts' linear and linear_v are column-parallel (each
+// device owns a block of output columns), while the attention output
+// projection, linear_1 and the unembedding (the embedding is split along
+// D, the axis the logits sum over) are row-parallel (each device owns a
+// block of input rows and the partial outputs are summed with a psum). On one shared-memory machine every thread can read the whole
 // activation vector, so here every matrix is split by output: each thread
 // computes a disjoint, contiguous range of outputs and reads exactly the
 // weight rows of that range. Both splits read each weight byte once per
