@@ -127,6 +127,13 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
 		d.Dense.Linear1, err = loadLinear(src, name("ffn_down"), D, F)
 		return err
 	}
+	// Grok-2 adds a dense MLP beside the experts (a residual MoE); until it
+	// is computed, such a file must not run as if it were Grok-1.
+	for _, dense := range []string{"ffn_gate", "ffn_up", "ffn_down"} {
+		if _, ok := src.Lookup(name(dense)); ok {
+			return fmt.Errorf("model: tensor %q: a dense MLP beside the experts (Grok-2's residual MoE) is not supported", name(dense))
+		}
+	}
 	m := &MoELayer{Router: Router{TopK: c.NumSelectedExperts}}
 	if m.Router.W, err = loadLinear(src, name("ffn_gate_inp"), E, D); err != nil {
 		return err

@@ -219,6 +219,7 @@ func TestDenseBlockEqualsSingleExpert(t *testing.T) {
 			f, _ := w.Float32s()
 			shape := append([]int{2}, w.Shape...)
 			src2[pre+"ffn_"+kind+"_exps.weight"] = testmodel.F32("x", shape, append(slices.Clone(f), f...))
+			delete(src2, pre+"ffn_"+kind+".weight")
 		}
 		src2[pre+"ffn_gate_inp.weight"] = testmodel.F32("r", []int{2, c.EmbSize}, make([]float32, 2*c.EmbSize))
 	}
@@ -273,6 +274,9 @@ func TestNewErrors(t *testing.T) {
 		}, "has shape"},
 		{"short data", func(s testmodel.Source) { s["output_norm.weight"].Data = s["output_norm.weight"].Data[:8] }, "needs"},
 		{"missing experts", func(s testmodel.Source) { delete(s, "blk.0.ffn_up_exps.weight") }, "ffn_up"},
+		{"dense MLP beside the experts (Grok-2)", func(s testmodel.Source) {
+			s["blk.1.ffn_up.weight"] = testmodel.F32("blk.1.ffn_up.weight", []int{c.FFNSize, c.EmbSize}, make([]float32, c.FFNSize*c.EmbSize))
+		}, "residual MoE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := testmodel.Random(c, 1)

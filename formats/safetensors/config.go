@@ -84,6 +84,7 @@ type configJSON struct {
 	BOSTokenID               json.RawMessage `json:"bos_token_id"`
 	EOSTokenID               json.RawMessage `json:"eos_token_id"`
 	TieWordEmbeddings        *bool           `json:"tie_word_embeddings"`
+	ResidualMoE              *bool           `json:"residual_moe"`
 }
 
 // readSmallFile reads a JSON side file, refusing absurd sizes before
@@ -114,6 +115,10 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c := &Config{Architectures: j.Architectures, ModelType: j.ModelType}
+	if j.ResidualMoE != nil && *j.ResidualMoE {
+		// Grok-2: a dense MLP beside the experts, which Grok-1's maths lacks.
+		return nil, errors.New("config: residual_moe is true (Grok-2's dense MLP beside the experts), which is not supported")
+	}
 	var errs []error
 	required := func(key string, p *int) int {
 		if p == nil {

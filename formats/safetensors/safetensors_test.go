@@ -370,6 +370,11 @@ func TestParseConfig(t *testing.T) {
 		c.EmbeddingMultiplierScale != 78.38367176906169 || c.SequenceLen != 8192 || len(c.Defaulted) != 0 || c.ModelType != "grok" {
 		t.Errorf("keyfan config: %+v", c)
 	}
+	// Grok-2's residual MoE is refused, not run as Grok-1.
+	if _, err := ParseConfig([]byte(`{"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+		"num_attention_heads": 4, "vocab_size": 100, "residual_moe": true}`)); err == nil || !strings.Contains(err.Error(), "residual_moe") {
+		t.Errorf("residual_moe: %v", err)
+	}
 	// Mixtral-style: head_dim, num_local_experts, an EOS list, no Grok
 	// multipliers (defaulted and reported).
 	c, err = ParseConfig([]byte(`{"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
