@@ -90,8 +90,8 @@ type decoderState struct {
 }
 
 func (d *decoderState) add(t *Tokenizer, dst []byte, id int) ([]byte, error) {
-	if id < 0 || id >= len(t.pieces) {
-		return dst, fmt.Errorf("tokenizer: id %d out of range [0, %d)", id, len(t.pieces))
+	if id < 0 || id >= len(t.types) {
+		return dst, fmt.Errorf("tokenizer: id %d out of range [0, %d)", id, len(t.types))
 	}
 	cid := t.canon[id]
 	if t.types[cid] == typeByte {
@@ -110,7 +110,7 @@ func (d *decoderState) add(t *Tokenizer, dst []byte, id int) ([]byte, error) {
 		d.nonEmpty = d.nonEmpty || t.unkSurface != ""
 		return append(dst, t.unkSurface...), nil
 	}
-	p := t.pieces[cid]
+	p := t.piece(int(cid))
 	if d.bosWS && (t.addDummyPrefix || t.removeExtraWS) && strings.HasPrefix(p, spaceSymbol) {
 		p = p[len(spaceSymbol):]
 		d.bosSeen = !t.removeExtraWS

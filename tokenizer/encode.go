@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -85,7 +86,7 @@ type scratch struct {
 // buildEncoder fills the merge-id tables. See the comment at the top of
 // this file.
 func (t *Tokenizer) buildEncoder() {
-	n := int32(len(t.pieces))
+	n := int32(len(t.types))
 	t.charID = make(map[string]int32)
 	for i := range t.asciiID {
 		t.asciiID[i] = -1
@@ -107,7 +108,7 @@ func (t *Tokenizer) buildEncoder() {
 	isChar := func(s string) bool { return len(s) > 0 && charLenAt(s, 0) == len(s) }
 	newVirtual := func(c string) int32 {
 		out := int32(t.unk)
-		if id, ok := t.reserved[c]; ok {
+		if id, ok := t.reserved.get(&t.v, c); ok {
 			out = id
 		}
 		id := n + int32(len(t.virtual))
@@ -119,31 +120,42 @@ func (t *Tokenizer) buildEncoder() {
 		return t.types[id] == typeNormal || t.types[id] == typeUnused
 	}
 
+	// The pieces that pieceIDs holds, and the ones that can merge.
+	var keys []int32
+	for i := range int(n) {
+		if t.indexed(i) {
+			keys = append(keys, int32(i))
+		}
+	}
 	// Single characters that are pieces keep their piece ids. A character
 	// that is a USER_DEFINED piece never reaches the table: the prefix
 	// matcher always takes it as a frozen symbol.
-	for p, id := range t.pieceIDs {
-		if isChar(p) && mergeable(id) {
+	for _, id := range keys {
+		if p := t.piece(int(id)); isChar(p) && mergeable(id) {
 			setChar(p, id)
 		}
 	}
 	// Characters that are reserved pieces (PieceToId finds them first).
-	for p := range t.reserved {
-		if isChar(p) {
+	for i := range int(n) {
+		if indexedType(t.types[i]) {
+			continue
+		}
+		if p := t.piece(i); isChar(p) {
 			if _, ok := lookupChar(p); !ok {
-				if _, user := t.pieceIDs[p]; !user {
+				if _, user := t.pieceIDs.get(&t.v, p); !user {
 					newVirtual(p)
 				}
 			}
 		}
 	}
 
-	// symbolID is the merge id that a symbol with text s would carry, or -1
-	// if no unfrozen symbol can have that text.
-	symbolID := func(s string) int32 {
-		if id, ok := t.pieceIDs[s]; ok {
-			if mergeable(id) {
-				return id
+	// part is the merge id that a symbol with text s would carry, or -1 if
+	// no unfrozen symbol can have that text; q is the id of the piece s,
+	// or -1 if s is not one.
+	part := func(s string, q int32) int32 {
+		if q >= 0 {
+			if mergeable(q) {
+				return q
 			}
 			return -1 // USER_DEFINED: always frozen
 		}
@@ -155,29 +167,55 @@ func (t *Tokenizer) buildEncoder() {
 		}
 		return newVirtual(s)
 	}
+	// symbolID is part for a string looked up in pieceIDs.
+	symbolID := func(s string) int32 {
+		q, _ := t.pieceIDs.get(&t.v, s)
+		return part(s, q)
+	}
 
-	t.merges = newPairTable(len(t.pieces) * 2)
+	// Which prefixes and suffixes of a piece are pieces comes from links
+	// between the pieces (see prefixLinks): looking each one up would hash
+	// every prefix and suffix, quadratic in the piece's length.
+	rv := reverseVocab(&t.v)
+	prefixOf, _ := prefixLinks(int(n), keys, func(id int32) string { return t.piece(int(id)) })
+	suffixOf, _ := prefixLinks(int(n), keys, func(id int32) string { return rv.piece(int(id)) })
+	var pre, suf []int32 // by length: the piece that is p's prefix (suffix) of that length, or -1
+
+	// Two passes over the cuts: the first counts the merges, so that the
+	// table is made once at its final size.
 	var joins []int32 // merge ids of characters seen right before a space symbol inside a piece
-	for i, p := range t.pieces {
-		id := int32(i)
-		if p == "" || !mergeable(id) || (t.hasDup && t.pieceIDs[p] != id) {
-			continue
+	merges := 0
+	for pass := range 2 {
+		if pass == 1 {
+			t.merges = newPairTable(merges)
 		}
-		// Cut p after each of its characters (as the text would be split
-		// into initial symbols).
-		for prev, cut := 0, charLenAt(p, 0); cut < len(p); prev, cut = cut, cut+charLenAt(p, cut) {
-			if l := symbolID(p[:cut]); l >= 0 {
-				if r := symbolID(p[cut:]); r >= 0 {
-					t.merges.put(pairKey(l, r), id, t.scores[id])
-				}
+		for _, id := range keys {
+			p := t.piece(int(id))
+			if !mergeable(id) {
+				continue
 			}
-			if strings.HasPrefix(p[cut:], t.spaceSym) {
-				// A character followed by a space symbol inside a piece:
-				// the text may not be cut between the two. (symbolID is
-				// -1 only for a USER_DEFINED character, which is frozen
-				// and so a cut anyway.)
-				if c := symbolID(p[prev:cut]); c >= 0 {
-					joins = append(joins, c)
+			pre = fillLinks(pre, len(p), id, prefixOf, t.v.off)
+			suf = fillLinks(suf, len(p), id, suffixOf, t.v.off)
+			// Cut p after each of its characters (as the text would be
+			// split into initial symbols).
+			for prev, cut := 0, charLenAt(p, 0); cut < len(p); prev, cut = cut, cut+charLenAt(p, cut) {
+				if l := part(p[:cut], pre[cut]); l >= 0 {
+					if r := part(p[cut:], suf[len(p)-cut]); r >= 0 {
+						if pass == 0 {
+							merges++
+						} else {
+							t.merges.put(pairKey(l, r), id, t.scores[id])
+						}
+					}
+				}
+				if pass == 1 && strings.HasPrefix(p[cut:], t.spaceSym) {
+					// A character followed by a space symbol inside a
+					// piece: the text may not be cut between the two.
+					// (symbolID is -1 only for a USER_DEFINED character,
+					// which is frozen and so a cut anyway.)
+					if c := symbolID(p[prev:cut]); c >= 0 {
+						joins = append(joins, c)
+					}
 				}
 			}
 		}
@@ -187,6 +225,19 @@ func (t *Tokenizer) buildEncoder() {
 		t.joinsSpace[c] = true
 	}
 	t.segment = !t.hasUnused
+}
+
+// fillLinks sets buf[k], for k in [0, size], to the piece of length k
+// reached from id through link, or -1.
+func fillLinks(buf []int32, size int, id int32, link []int32, off []uint32) []int32 {
+	buf = slices.Grow(buf[:0], size+1)[:size+1]
+	for i := range buf {
+		buf[i] = -1
+	}
+	for q := link[id]; q >= 0; q = link[q] {
+		buf[off[q+1]-off[q]] = q
+	}
+	return buf
 }
 
 // Encode returns the ids of text, as SentencePiece's
@@ -376,10 +427,10 @@ func (t *Tokenizer) emit(s *scratch, ids []int, id int32, str []byte) []int {
 }
 
 func (t *Tokenizer) mergeIDString(id int32) string {
-	if int(id) < len(t.pieces) {
-		return t.pieces[id]
+	if int(id) < len(t.types) {
+		return t.piece(int(id))
 	}
-	return t.virtual[int(id)-len(t.pieces)].str
+	return t.virtual[int(id)-len(t.types)].str
 }
 
 // heapPush and heapPop keep h a binary max-heap on pair.order.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -50,7 +51,7 @@ func naiveEncode(t *Tokenizer, text string) []int {
 			return
 		}
 		piece := norm[syms[l].start : syms[l].start+len(syms[l].piece)+len(syms[r].piece)]
-		id, ok := t.pieceIDs[piece]
+		id, ok := t.pieceIDs.get(&t.v, piece)
 		if !ok {
 			return
 		}
@@ -271,12 +272,23 @@ func FuzzFromModelProto(f *testing.F) {
 	f.Add(tinyModel(false), "abc ab 12 ba")
 	f.Add(tinyModel(true), "abc ab 12 ba x\xff")
 	f.Add([]byte{}, "")
+	// Small versions of hostile models: an empty piece, a piece one byte
+	// over the limit, nested user-defined pieces and a chain of pieces
+	// that each prefix the next.
+	unk := testPiece{s: "<unk>", typ: typeUnknown}
+	f.Add(protoModel([]testPiece{unk, {s: "a"}, {}, {s: "b"}}), "ab")
+	f.Add(protoModel([]testPiece{unk, {s: strings.Repeat("a", maxPieceBytes+1)}}), "aaaa")
+	user := []testPiece{unk}
+	for k := 1; k <= 12; k++ {
+		user = append(user, testPiece{s: strings.Repeat("u", k), typ: typeUserDefined}, testPiece{s: strings.Repeat("u", k) + "v", typ: typeUserDefined})
+	}
+	f.Add(protoModel(append(user, doublingPieces(16)...)), "uuuuuvuuuaaaaaaaaaaaaaaaaaaaaaav")
 	f.Fuzz(func(t *testing.T, data []byte, text string) {
 		tok, err := FromModelProto(data)
 		if err != nil {
 			return
 		}
-		if len(data) > 0 && len(tok.pieces) == 0 {
+		if len(data) > 0 && tok.VocabSize() == 0 {
 			t.Fatal("empty vocabulary accepted")
 		}
 		ids := tok.Encode(text)

@@ -180,10 +180,11 @@ func vocabFromProto(t *testing.T, path string) (tokens []string, scores []float3
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ty := range m.types {
+	for i, ty := range m.types {
+		tokens = append(tokens, m.vocab.piece(i))
 		types = append(types, int32(ty))
 	}
-	return m.pieces, m.scores, types
+	return tokens, m.scores, types
 }
 
 // sameEncodings checks that a and b encode and decode texts alike.

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"sort"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -37,103 +37,116 @@ func charLenAt(s string, i int) int {
 // prefixMatcher finds the longest user-defined symbol at the start of a
 // text, like SentencePiece's normalizer::PrefixMatcher, which runs a
 // common-prefix search over a trie of the USER_DEFINED pieces and keeps the
-// longest hit.
+// longest hit. It is a radix trie: a node per symbol or branch, at most
+// two per symbol whatever their lengths, with edge labels read from the
+// symbols themselves.
 type prefixMatcher struct {
 	root  [256]int32 // child of the root for each first byte; 0 when none
+	keys  []string   // the symbols, sorted
 	nodes []trieNode // nodes[0] is the root
-	edges []trieEdge
 }
 
 type trieNode struct {
-	id     int32 // piece id of the symbol ending here, or -1
-	lo, hi int32 // children: edges[lo:hi], sorted by label
+	key    int32 // index in keys of a symbol below the node, which spells its path
+	depth  int32 // length of the prefix the node stands for
+	id     int32 // piece id of the symbol equal to that prefix, or -1
+	lo, hi int32 // children: nodes[lo:hi], sorted by label
+	label  byte  // first byte of the edge into the node
 }
 
-type trieEdge struct {
-	label byte
-	child int32
-}
-
-// newPrefixMatcher builds a matcher for the given symbols (piece -> id).
-func newPrefixMatcher(symbols map[string]int32) *prefixMatcher {
-	keys := make([]string, 0, len(symbols))
-	for k := range symbols {
-		if k != "" {
-			keys = append(keys, k)
-		}
+// newPrefixMatcher builds a matcher for the pieces ids, whose strings
+// (piece(id)) are distinct and not empty.
+func newPrefixMatcher(ids []int32, piece func(int) string) *prefixMatcher {
+	ids = slices.Clone(ids)
+	slices.SortFunc(ids, func(a, b int32) int { return strings.Compare(piece(int(a)), piece(int(b))) })
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = piece(int(id))
 	}
-	sort.Strings(keys)
-	m := &prefixMatcher{}
-	// Build depth by depth from the sorted keys: the keys sharing a prefix
-	// form a contiguous range, so each node owns a [lo, hi) range of keys.
-	type item struct {
-		node   int32
-		depth  int
-		lo, hi int
-	}
-	m.nodes = append(m.nodes, trieNode{id: -1})
-	queue := []item{{0, 0, 0, len(keys)}}
-	for len(queue) > 0 {
-		it := queue[0]
-		queue = queue[1:]
-		lo := it.lo
-		if lo < it.hi && len(keys[lo]) == it.depth {
-			m.nodes[it.node].id = symbols[keys[lo]]
+	// Build breadth first: the keys below a node form a contiguous range
+	// of the sorted keys, [nodes[i].key, end[i]), so the children of a
+	// node are its range split by the byte after its prefix.
+	m := &prefixMatcher{keys: keys, nodes: make([]trieNode, 1, 2*len(keys)+1)}
+	m.nodes[0] = trieNode{id: -1}
+	end := make([]int32, 1, cap(m.nodes))
+	end[0] = int32(len(keys))
+	for i := 0; i < len(m.nodes); i++ {
+		lo, hi, d := int(m.nodes[i].key), int(end[i]), int(m.nodes[i].depth)
+		if lo < hi && len(keys[lo]) == d {
+			m.nodes[i].id = ids[lo]
 			lo++
 		}
-		m.nodes[it.node].lo = int32(len(m.edges))
-		for i := lo; i < it.hi; {
-			c := keys[i][it.depth]
-			j := i + 1
-			for j < it.hi && keys[j][it.depth] == c {
-				j++
+		m.nodes[i].lo = int32(len(m.nodes))
+		for j := lo; j < hi; {
+			c := keys[j][d]
+			k := j + 1
+			for k < hi && keys[k][d] == c {
+				k++
 			}
-			child := int32(len(m.nodes))
-			m.nodes = append(m.nodes, trieNode{id: -1})
-			m.edges = append(m.edges, trieEdge{label: c, child: child})
-			queue = append(queue, item{child, it.depth + 1, i, j})
-			if it.node == 0 {
-				m.root[c] = child
+			depth := len(keys[j])
+			if k-j > 1 {
+				depth = d + 1 + commonPrefixLen(keys[j][d+1:], keys[k-1][d+1:])
 			}
-			i = j
+			if i == 0 {
+				m.root[c] = int32(len(m.nodes))
+			}
+			m.nodes = append(m.nodes, trieNode{key: int32(j), depth: int32(depth), id: -1, label: c})
+			end = append(end, int32(k))
+			j = k
 		}
-		m.nodes[it.node].hi = int32(len(m.edges))
+		m.nodes[i].hi = int32(len(m.nodes))
 	}
 	return m
+}
+
+// commonPrefixLen returns the length of the longest common prefix of a and b.
+func commonPrefixLen(a, b string) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
 }
 
 // matchPrefix returns the length and piece id of the longest symbol of m
 // that prefixes s, or 0, -1 when there is none.
 func matchPrefix[S string | []byte](m *prefixMatcher, s S) (n int, id int32) {
+	id = -1
 	if len(s) == 0 {
 		return 0, -1
 	}
 	node := m.root[s[0]]
-	if node == 0 {
-		return 0, -1
-	}
-	id = -1
-	for i := 1; ; i++ {
+	for matched := 1; node != 0; {
 		nd := &m.nodes[node]
-		if nd.id >= 0 {
-			n, id = i, nd.id
-		}
-		if i == len(s) {
+		d := int(nd.depth)
+		if d > len(s) {
 			return n, id
 		}
-		c := s[i]
-		next := int32(0)
-		for _, e := range m.edges[nd.lo:nd.hi] {
-			if e.label == c {
-				next = e.child
+		k := m.keys[nd.key]
+		for i := matched; i < d; i++ {
+			if s[i] != k[i] {
+				return n, id
+			}
+		}
+		if nd.id >= 0 {
+			n, id = d, nd.id
+		}
+		if d == len(s) {
+			return n, id
+		}
+		c := s[d]
+		node = 0
+		for j := nd.lo; j < nd.hi; j++ {
+			if m.nodes[j].label == c {
+				node = j
 				break
 			}
 		}
-		if next == 0 {
-			return n, id
-		}
-		node = next
+		matched = d + 1
 	}
+	return n, id
 }
 
 // charsMap is SentencePiece's precompiled normalization rule set (the

@@ -104,7 +104,7 @@ const (
 
 // modelProto holds the parts of a ModelProto that the tokenizer uses.
 type modelProto struct {
-	pieces []string
+	vocab  vocab
 	scores []float32
 	types  []pieceType
 
@@ -204,19 +204,62 @@ func forEachField(data []byte, fn func(f field) error) error {
 // singular message field are merged and the last scalar value wins, as
 // protobuf parsers do. A field with an unexpected wire type is skipped like
 // an unknown field.
+//
+// The pieces are read in two passes: the first checks and counts them
+// without allocating, so that a file declaring an absurd vocabulary is
+// refused before anything is built from it; the second copies them into
+// one flat vocab.
 func parseModelProto(data []byte) (*modelProto, error) {
 	m := &modelProto{
 		trainer:    defaultTrainerSpec(),
 		normalizer: defaultNormalizerSpec(),
 		denorm:     defaultNormalizerSpec(),
 	}
+	n, total := 0, 0
 	err := forEachField(data, func(f field) error {
+		if f.typ != protowire.BytesType || f.num != fieldModelPieces {
+			return nil
+		}
+		var p pieceProto
+		if err := p.parse(f.b); err != nil {
+			return err
+		}
+		if len(p.piece) == 0 {
+			// ModelInterface::InitializePieces: "piece must not be empty".
+			return fmt.Errorf("tokenizer: piece %d is empty", n)
+		}
+		if err := checkPiece(n, len(p.piece)); err != nil {
+			return err
+		}
+		n++
+		total += len(p.piece)
+		if n > maxVocabSize {
+			return checkVocab(n, total)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkVocab(n, total); err != nil {
+		return nil, err
+	}
+	b := newVocabBuilder(n, total)
+	m.scores = make([]float32, 0, n)
+	m.types = make([]pieceType, 0, n)
+	err = forEachField(data, func(f field) error {
 		if f.typ != protowire.BytesType {
 			return nil
 		}
 		switch f.num {
 		case fieldModelPieces:
-			return m.parsePiece(f.b)
+			var p pieceProto
+			if err := p.parse(f.b); err != nil {
+				return err
+			}
+			b.add(p.piece)
+			m.scores = append(m.scores, p.score)
+			m.types = append(m.types, p.typ)
 		case fieldModelTrainerSpec:
 			return parseTrainerSpec(f.b, &m.trainer)
 		case fieldModelNormalizerSpec:
@@ -230,37 +273,35 @@ func parseModelProto(data []byte) (*modelProto, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.vocab = b.done()
 	return m, nil
 }
 
-func (m *modelProto) parsePiece(data []byte) error {
-	var (
-		piece string
-		score float32
-		typ   = typeNormal
-	)
-	err := forEachField(data, func(f field) error {
+// pieceProto is one decoded ModelProto.SentencePiece; piece aliases the
+// input.
+type pieceProto struct {
+	piece []byte
+	score float32
+	typ   pieceType
+}
+
+func (p *pieceProto) parse(data []byte) error {
+	*p = pieceProto{typ: typeNormal}
+	return forEachField(data, func(f field) error {
 		switch {
 		case f.num == fieldPiecePiece && f.typ == protowire.BytesType:
-			piece = string(f.b)
+			p.piece = f.b
 		case f.num == fieldPieceScore && f.typ == protowire.Fixed32Type:
-			score = math.Float32frombits(uint32(f.v))
+			p.score = math.Float32frombits(uint32(f.v))
 		case f.num == fieldPieceType && f.typ == protowire.VarintType:
 			// proto2 enums are closed: an out-of-range value is kept as
 			// an unknown field and the field keeps its default, NORMAL.
 			if t := int64(int32(f.v)); t >= int64(typeNormal) && t <= int64(typeByte) {
-				typ = pieceType(t)
+				p.typ = pieceType(t)
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	m.pieces = append(m.pieces, piece)
-	m.scores = append(m.scores, score)
-	m.types = append(m.types, typ)
-	return nil
 }
 
 func parseTrainerSpec(data []byte, t *trainerSpec) error {

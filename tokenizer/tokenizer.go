@@ -39,7 +39,7 @@ import (
 // SentencePiece's SentencePieceProcessor does for a BPE model with Encode
 // and Decode called without options (no BOS/EOS added, no sampling).
 type Tokenizer struct {
-	pieces []string
+	v      vocab // the piece strings
 	scores []float32
 	types  []pieceType
 
@@ -67,8 +67,8 @@ type Tokenizer struct {
 	user           *prefixMatcher // USER_DEFINED pieces; nil when none
 
 	// Encoder tables; see encode.go.
-	pieceIDs   map[string]int32     // NORMAL, USER_DEFINED, UNUSED pieces
-	reserved   map[string]int32     // CONTROL, UNKNOWN, BYTE pieces
+	pieceIDs   pieceIndex           // NORMAL, USER_DEFINED, UNUSED pieces
+	reserved   pieceIndex           // CONTROL, UNKNOWN, BYTE pieces
 	asciiID    [utf8.RuneSelf]int32 // merge id of each ASCII character, or -1
 	charID     map[string]int32     // merge id of other characters
 	virtual    []virtualSymbol      // merge ids from len(pieces) on
@@ -105,7 +105,8 @@ func Load(path string) (*Tokenizer, error) {
 // ModelProto. The model must be of type BPE. A malformed or inconsistent
 // model is reported as an error, with the same checks as SentencePiece's
 // ModelInterface::InitializePieces (non-empty unique pieces, exactly one
-// UNKNOWN piece, all 256 byte pieces when byte_fallback is set).
+// UNKNOWN piece, all 256 byte pieces when byte_fallback is set). A model
+// with more than 2M pieces, or a piece longer than 4 KiB, is refused.
 func FromModelProto(data []byte) (*Tokenizer, error) {
 	m, err := parseModelProto(data)
 	if err != nil {
@@ -125,7 +126,7 @@ func FromModelProto(data []byte) (*Tokenizer, error) {
 		return nil, errors.New("tokenizer: denormalizer rules are not supported")
 	}
 	t := &Tokenizer{
-		pieces:         m.pieces,
+		v:              m.vocab,
 		scores:         m.scores,
 		types:          m.types,
 		unkSurface:     m.trainer.unkSurface,
@@ -181,6 +182,7 @@ const (
 // SentencePiece's default " ⁇ " (a GGUF does not record unk_surface).
 // Duplicate and empty tokens, which SentencePiece would reject, are
 // tolerated: the first occurrence of a string is the one encoding uses.
+// More than 2M tokens, or a token longer than 4 KiB, are refused.
 func FromGGUFVocab(tokens []string, scores []float32, types []int32, bos, eos, unk, pad int, addSpacePrefix bool) (*Tokenizer, error) {
 	n := len(tokens)
 	if n == 0 {
@@ -189,8 +191,22 @@ func FromGGUFVocab(tokens []string, scores []float32, types []int32, bos, eos, u
 	if len(scores) != n || len(types) != n {
 		return nil, fmt.Errorf("tokenizer: vocabulary has %d tokens, %d scores and %d types", n, len(scores), len(types))
 	}
+	total := 0
+	for i, p := range tokens {
+		if err := checkPiece(i, len(p)); err != nil {
+			return nil, err
+		}
+		total += len(p)
+	}
+	if err := checkVocab(n, total); err != nil {
+		return nil, err
+	}
+	b := newVocabBuilder(n, total)
+	for _, p := range tokens {
+		b.addString(p)
+	}
 	t := &Tokenizer{
-		pieces:         slices.Clone(tokens),
+		v:              b.done(),
 		scores:         slices.Clone(scores),
 		types:          make([]pieceType, n),
 		unkSurface:     " \u2047 ",
@@ -232,21 +248,55 @@ func FromGGUFVocab(tokens []string, scores []float32, types []int32, bos, eos, u
 	return t, nil
 }
 
+// indexedType reports whether pieces of type typ go into pieceIDs (the
+// others go into reserved).
+func indexedType(typ pieceType) bool {
+	return typ == typeNormal || typ == typeUserDefined || typ == typeUnused
+}
+
+// piece returns the string of piece id.
+func (t *Tokenizer) piece(id int) string { return t.v.piece(id) }
+
+// indexed reports whether piece id is the one pieceIDs holds for its
+// string: a non-empty NORMAL, USER_DEFINED or UNUSED piece, and the first
+// with that string.
+func (t *Tokenizer) indexed(id int) bool {
+	if !indexedType(t.types[id]) || t.v.off[id] == t.v.off[id+1] {
+		return false
+	}
+	if t.hasDup {
+		got, _ := t.pieceIDs.get(&t.v, t.piece(id))
+		return int(got) == id
+	}
+	return true
+}
+
 // initPieces fills the piece maps and the per-id tables. strict applies
 // SentencePiece's load-time checks; the GGUF path is lenient.
 func (t *Tokenizer) initPieces(strict bool) error {
-	n := len(t.pieces)
-	if n > 1<<30 {
+	n := len(t.types)
+	if n > maxVocabSize {
 		return errors.New("tokenizer: vocabulary too large")
 	}
-	t.pieceIDs = make(map[string]int32, n)
-	t.reserved = make(map[string]int32)
+	nIndexed, nReserved := 0, 0
+	for i, typ := range t.types {
+		switch {
+		case t.v.off[i] == t.v.off[i+1]: // empty: in neither
+		case indexedType(typ):
+			nIndexed++
+		default:
+			nReserved++
+		}
+	}
+	t.pieceIDs = newPieceIndex(nIndexed)
+	t.reserved = newPieceIndex(nReserved)
 	t.byteValue = make([]int16, n)
 	t.unk = -1
 	for i := range t.byteIDs {
 		t.byteIDs[i] = -1
 	}
-	for i, p := range t.pieces {
+	for i := range n {
+		p := t.piece(i)
 		t.byteValue[i] = -1
 		typ := t.types[i]
 		if p == "" {
@@ -255,17 +305,15 @@ func (t *Tokenizer) initPieces(strict bool) error {
 			}
 			continue
 		}
-		m := t.reserved
-		if typ == typeNormal || typ == typeUserDefined || typ == typeUnused {
-			m = t.pieceIDs
+		x := &t.reserved
+		if indexedType(typ) {
+			x = &t.pieceIDs
 		}
-		if _, dup := m[p]; dup {
+		if !x.add(&t.v, int32(i)) {
 			if strict {
 				return fmt.Errorf("tokenizer: piece %q is already defined", p)
 			}
 			t.hasDup = true
-		} else {
-			m[p] = int32(i)
 		}
 		switch typ {
 		case typeUnknown:
@@ -306,7 +354,8 @@ func (t *Tokenizer) initPieces(strict bool) error {
 
 	t.validUTF8 = utf8.ValidString(t.unkSurface)
 	t.canon = make([]int32, n)
-	for i, p := range t.pieces {
+	for i := range n {
+		p := t.piece(i)
 		t.canon[i] = int32(i)
 		t.validUTF8 = t.validUTF8 && utf8.ValidString(p)
 		if p != "" {
@@ -321,16 +370,16 @@ func (t *Tokenizer) initPieces(strict bool) error {
 	// The model and the normalizer share one PrefixMatcher over the
 	// USER_DEFINED pieces (SentencePieceProcessor::Load sets the
 	// normalizer's matcher to the model's).
-	user := make(map[string]int32)
+	var user []int32
 	userUTF8 := true
-	for p, id := range t.pieceIDs {
-		if t.types[id] == typeUserDefined {
-			user[p] = id
-			userUTF8 = userUTF8 && utf8.ValidString(p)
+	for i := range n {
+		if t.types[i] == typeUserDefined && t.indexed(i) {
+			user = append(user, int32(i))
+			userUTF8 = userUTF8 && utf8.ValidString(t.piece(i))
 		}
 	}
 	if len(user) > 0 {
-		t.user = newPrefixMatcher(user)
+		t.user = newPrefixMatcher(user, t.piece)
 	}
 	t.fastNormalize = t.charsmap == nil && !t.removeExtraWS && userUTF8
 	return nil
@@ -339,10 +388,10 @@ func (t *Tokenizer) initPieces(strict bool) error {
 // pieceToID is SentencePiece's ModelInterface::PieceToId: reserved pieces
 // first, then the others, else unk.
 func (t *Tokenizer) pieceToID(p string) int32 {
-	if id, ok := t.reserved[p]; ok {
+	if id, ok := t.reserved.get(&t.v, p); ok {
 		return id
 	}
-	if id, ok := t.pieceIDs[p]; ok {
+	if id, ok := t.pieceIDs.get(&t.v, p); ok {
 		return id
 	}
 	return int32(t.unk)
@@ -362,15 +411,15 @@ func pieceToByte(p string) (byte, bool) {
 }
 
 // VocabSize returns the number of pieces.
-func (t *Tokenizer) VocabSize() int { return len(t.pieces) }
+func (t *Tokenizer) VocabSize() int { return len(t.types) }
 
 // Piece returns the piece string of id (U+2581 for spaces, "<0xNN>" for
 // byte pieces), or "" if id is out of range.
 func (t *Tokenizer) Piece(id int) string {
-	if id < 0 || id >= len(t.pieces) {
+	if id < 0 || id >= len(t.types) {
 		return ""
 	}
-	return t.pieces[id]
+	return t.piece(id)
 }
 
 // BOS returns the beginning-of-sentence id, or -1 if the model has none.
