@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
@@ -34,6 +35,10 @@ type Options struct {
 	ModelID string
 	// MaxBodyBytes limits request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
+	// BodyTimeout limits the time from a request's headers to the end of
+	// its body (default 30 s). A body that has not arrived by then gets
+	// 408 and its connection is closed.
+	BodyTimeout time.Duration
 	// Timeout limits one generation request from arrival to last token,
 	// queueing included (0 = no limit).
 	Timeout time.Duration
@@ -85,6 +90,9 @@ type Server struct {
 func New(opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 30 * time.Second
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
@@ -139,7 +147,8 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, load func() (Model, e
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		// No ReadTimeout or WriteTimeout: a streamed answer lasts as long
 		// as generation does; Options.Timeout bounds that instead, and
-		// readBody bounds reading the body.
+		// the router's per-request deadline bounds the body
+		// (Options.BodyTimeout).
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
@@ -225,6 +234,13 @@ func (s *Server) routes() http.Handler {
 		"/metrics":             {"metrics", http.MethodGet, s.metrics.handler.ServeHTTP},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			// Bound the body whether or not the handler reads it: net/http
+			// drains an unread body before it answers, and without a
+			// deadline a stalled client holds the connection for ever.
+			// readBody lifts the deadline once the body is in.
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+		}
 		rt, ok := table[r.URL.Path]
 		if !ok && strings.HasPrefix(r.URL.Path, "/v1/models/") {
 			rt, ok = route{"models", http.MethodGet, s.handleModel}, true
@@ -329,28 +345,30 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.modelObject())
 }
 
-// bodyReadTimeout bounds the time a client may take to send its body. It
-// is set per request rather than as http.Server.ReadTimeout, because that
-// deadline would stay on the connection while a long answer streams, and
-// the server's background read would take it for a dead client and
-// cancel the request.
-const bodyReadTimeout = 30 * time.Second
-
-// readBody reads the request body up to the size limit.
+// readBody reads the request body up to the size limit, within the body
+// deadline the router set (Options.BodyTimeout). A body read whole lifts
+// the deadline: left on, it would fire in the server's background read
+// while a long answer streams, which would take it for a dead client and
+// cancel the request. A body that fails keeps it, so that what net/http
+// still reads of the body after the answer fails at once too, and the
+// connection is closed after the error.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) // best effort: not all writers support it
-	defer rc.SetReadDeadline(time.Time{})
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
-				Code: strPtr("request_too_large"), Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", mbe.Limit)}
-		}
-		return nil, invalid("", "Reading the request body failed: %v", err)
+	if err == nil {
+		http.NewResponseController(w).SetReadDeadline(time.Time{}) // best effort: not all writers support it
+		return body, nil
 	}
-	return body, nil
+	w.Header().Set("Connection", "close")
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+			Code: strPtr("request_too_large"), Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", mbe.Limit)}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, &apiError{status: http.StatusRequestTimeout, Type: "invalid_request_error",
+			Code: strPtr("request_timeout"), Message: fmt.Sprintf("The request body did not arrive within %v.", s.opts.BodyTimeout)}
+	}
+	return nil, invalid("", "Reading the request body failed: %v", err)
 }
 
 // ready returns the backend, or the error to answer while there is none

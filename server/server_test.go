@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -617,5 +620,134 @@ func TestRecover(t *testing.T) {
 	s.instrument("test", rec, httptest.NewRequest("GET", "/x", nil), func(http.ResponseWriter, *http.Request) { panic("boom") })
 	if rec.Code != 500 || !strings.Contains(rec.Body.String(), `"server_error"`) {
 		t.Errorf("%d %s", rec.Code, rec.Body)
+	}
+}
+
+// A client that sends its headers and then stalls its body, or sends less
+// than it declared, gets an answer at the body timeout, whatever the
+// endpoint, and then the server closes the connection instead of holding it
+// while it waits for the rest. hang only detects a hang.
+func TestStalledBody(t *testing.T) {
+	const hang = 20 * time.Second
+	ts := newTestServer(t, runner.Options{Slots: 1}, Options{BodyTimeout: 200 * time.Millisecond, MaxBodyBytes: 4096})
+	for _, tc := range []struct {
+		name, head, body string
+		status           int
+	}{
+		{"completion", "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n", `{"prompt":`, 408},
+		{"chat, chunked", "POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n", "c\r\n{\"messages\":\r\n", 408},
+		{"nothing of the body", "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n", "", 408},
+		// The answer is written at once; what net/http then reads of the
+		// rest (up to 256 KiB) must give up at the deadline too.
+		{"over the limit, the rest stalled", "POST /v1/completions HTTP/1.1\r\nContent-Length: 8000\r\n", `{"prompt":"` + strings.Repeat("a", 5000), 413},
+		{"health, body unread", "GET /health HTTP/1.1\r\nContent-Length: 100\r\n", "x", 200},
+		{"unknown path, body unread", "POST /v1/embeddings HTTP/1.1\r\nContent-Length: 100\r\n", "x", 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ts.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(hang))
+			if _, err := io.WriteString(c, tc.head+"Host: x\r\n\r\n"+tc.body); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != tc.status || !resp.Close {
+				t.Errorf("status %d, Connection: close %v, body %q, %v; want %d and close", resp.StatusCode, resp.Close, b, err, tc.status)
+			}
+			// The server closes its side: EOF (or a reset), not our deadline.
+			if _, err := br.ReadByte(); err == nil || os.IsTimeout(err) {
+				t.Errorf("the connection is still open after the answer: %v", err)
+			}
+		})
+	}
+}
+
+// The body deadline ends with the body: a request whose body came whole
+// runs and streams for longer than the body timeout, and its connection
+// serves the next request.
+func TestBodyTimeoutSparesLongAnswers(t *testing.T) {
+	const bodyTimeout = 100 * time.Millisecond
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
+			// The engine stops before its second step until the test has
+			// waited out the body timeout.
+			gate := make(chan struct{})
+			var steps atomic.Int64
+			ts := newTestServer(t, runner.Options{Slots: 1, BeforeStep: func() {
+				if steps.Add(1) == 2 {
+					<-gate
+				}
+			}}, Options{BodyTimeout: bodyTimeout})
+			client := &http.Client{Transport: &http.Transport{}}
+			defer client.CloseIdleConnections()
+			type result struct {
+				status int
+				raw    []byte
+				err    error
+			}
+			res := make(chan result, 1)
+			go func() {
+				resp, err := client.Post(ts.URL+"/v1/completions", "application/json",
+					strings.NewReader(fmt.Sprintf(`{"prompt":"And God said","max_tokens":20,"ignore_eos":true,"stream":%v}`, stream)))
+				if err != nil {
+					res <- result{err: err}
+					return
+				}
+				defer resp.Body.Close()
+				raw, err := io.ReadAll(resp.Body)
+				res <- result{resp.StatusCode, raw, err}
+			}()
+			waitFor(t, 10*time.Second, "the engine to reach its second step", func() bool { return steps.Load() >= 2 })
+			time.Sleep(3 * bodyTimeout)
+			close(gate)
+			select {
+			case r := <-res:
+				if r.err != nil || r.status != 200 {
+					t.Fatalf("status %d, %q, %v", r.status, r.raw, r.err)
+				}
+				var text, finish string
+				done := true
+				if stream {
+					var chunks []map[string]any
+					chunks, done = sseEvents(t, bytes.NewReader(r.raw))
+					text, finish = streamText(chunks)
+				} else {
+					var v map[string]any
+					if err := json.Unmarshal(r.raw, &v); err != nil {
+						t.Fatalf("%q: %v", r.raw, err)
+					}
+					text, finish = completionText(t, v)
+				}
+				if !done || finish != "length" || text == "" {
+					t.Errorf("answer after the body timeout: %q (%s), [DONE]=%v", text, finish, done)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("no answer")
+			}
+			if st := ts.eng.Stats(); st.Cancelled != 0 {
+				t.Errorf("the request was cancelled: %+v", st)
+			}
+			if code, v, err := func() (int, map[string]any, error) {
+				resp, err := client.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","max_tokens":2}`))
+				if err != nil {
+					return 0, nil, err
+				}
+				defer resp.Body.Close()
+				var v map[string]any
+				err = json.NewDecoder(resp.Body).Decode(&v)
+				return resp.StatusCode, v, err
+			}(); code != 200 || err != nil {
+				t.Errorf("next request: %d %v %v", code, v, err)
+			}
+		})
 	}
 }
