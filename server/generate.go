@@ -19,7 +19,8 @@ const chatStop = "\nUser:"
 
 // accept reads the request body into req (a pointer to a request whose
 // model name is *model), checks the model and that the engine is ready. On
-// failure it writes the error response and returns nil.
+// failure it writes the error response and returns nil; on success the
+// caller must call s.release when the request ends.
 func (s *Server) accept(w http.ResponseWriter, r *http.Request, req any, model *string) *backend {
 	body, e := s.readBody(w, r)
 	if e == nil {
@@ -45,6 +46,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if b == nil {
 		return
 	}
+	defer s.release()
 	var j job
 	if e := req.sampling(&j); e != nil {
 		writeError(w, e)
@@ -113,6 +115,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if b == nil {
 		return
 	}
+	defer s.release()
 	j := job{chat: true}
 	if e := req.sampling(&j); e != nil {
 		writeError(w, e)

@@ -21,6 +21,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,7 +44,8 @@ type Options struct {
 	// queueing included (0 = no limit).
 	Timeout time.Duration
 	// ShutdownTimeout is how long Run lets in-flight requests finish after
-	// its context is done before cutting them off (default 30 s).
+	// its context is done before cutting them off (default 30 s). During
+	// that drain new requests are still accepted and answered 503.
 	ShutdownTimeout time.Duration
 	// Logger receives request and error logs (default slog.Default()).
 	Logger *slog.Logger
@@ -82,8 +84,14 @@ type Server struct {
 	created int64
 	handler http.Handler
 
-	be       atomic.Pointer[backend]
-	draining atomic.Bool
+	be atomic.Pointer[backend]
+
+	// mu guards the drain state, so that no generation request can be
+	// admitted once Drain has looked at the count.
+	mu       sync.Mutex
+	draining bool
+	inflight int           // generation requests admitted by ready and not yet released
+	idle     chan struct{} // closed once draining with nothing in flight
 }
 
 // New returns a Server with no model attached.
@@ -100,7 +108,7 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{opts: opts, log: opts.Logger, created: time.Now().Unix()}
+	s := &Server{opts: opts, log: opts.Logger, created: time.Now().Unix(), idle: make(chan struct{})}
 	s.metrics = newMetrics(s)
 	s.handler = s.routes()
 	return s
@@ -123,18 +131,46 @@ func (s *Server) Attach(m Model) error {
 	return nil
 }
 
-// Drain makes the server refuse new generation requests (503) and report
-// /health as 503, while requests already running go on. Run calls it when
-// shutting down.
-func (s *Server) Drain() { s.draining.Store(true) }
+// Drain makes the server refuse new generation requests (503 with
+// Retry-After) and report /health as 503, while requests already running
+// go on. Run calls it when shutting down.
+func (s *Server) Drain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return
+	}
+	s.draining = true
+	if s.inflight == 0 {
+		close(s.idle)
+	}
+}
+
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// release ends a generation request that ready admitted.
+func (s *Server) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if s.draining && s.inflight == 0 {
+		close(s.idle)
+	}
+}
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // Run serves on ln at once, so that /health answers while load runs, then
-// attaches the model load returns. When ctx is done it drains: it stops
-// accepting connections, lets in-flight requests finish for up to
-// ShutdownTimeout, then closes the engine (which ends what is left as
+// attaches the model load returns. When ctx is done it drains: it goes on
+// accepting connections but answers new generation requests and /health
+// with 503 and Retry-After, closes each connection after its answer, and
+// lets in-flight generation requests finish for up to ShutdownTimeout.
+// Then it closes the listener and the engine (which ends what is left as
 // cancelled) and the connections. It returns nil after a shutdown asked for
 // by ctx, or the error that stopped it (load's included). If ctx is done
 // while load still runs, Run returns without waiting for it, and closes the
@@ -194,12 +230,19 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, load func() (Model, e
 		case <-ctx.Done():
 		}
 	}
+	// The listener stays open while the drain lasts: a client that comes
+	// now gets a 503 it can act on rather than a refused connection.
 	s.Drain()
+	hs.SetKeepAlivesEnabled(false)
 	if err == nil {
 		s.log.Info("shutting down: waiting for requests in flight", "timeout", s.opts.ShutdownTimeout)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
+	select {
+	case <-s.idle:
+	case <-sctx.Done():
+	}
 	if serr := hs.Shutdown(sctx); serr != nil && err == nil {
 		s.log.Warn("shutdown timeout: cancelling the requests still running", "err", serr)
 	}
@@ -318,7 +361,8 @@ func (s *Server) instrument(endpoint string, w http.ResponseWriter, r *http.Requ
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	switch {
-	case s.draining.Load():
+	case s.isDraining():
+		w.Header().Set("Retry-After", "5")
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
 	case s.be.Load() == nil:
 		w.Header().Set("Retry-After", "5")
@@ -371,15 +415,19 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	return nil, invalid("", "Reading the request body failed: %v", err)
 }
 
-// ready returns the backend, or the error to answer while there is none
-// or while draining.
+// ready admits a generation request: it returns the backend, which the
+// caller hands back with release when the request ends, or the error to
+// answer while there is no backend or while draining.
 func (s *Server) ready() (*backend, *apiError) {
-	if s.draining.Load() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
 		return nil, unavailable(5, "The server is shutting down.")
 	}
 	b := s.be.Load()
 	if b == nil {
 		return nil, unavailable(5, "The model is still loading; try again shortly.")
 	}
+	s.inflight++
 	return b, nil
 }

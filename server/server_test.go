@@ -533,7 +533,7 @@ func linesUp(toks []string, text string) bool {
 }
 
 // Run answers /health with 503 while loading, then serves; on shutdown it
-// refuses new connections and lets a running stream finish.
+// lets a running stream finish, and then refuses new connections.
 func TestRunGracefulShutdown(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -747,6 +747,158 @@ func TestBodyTimeoutSparesLongAnswers(t *testing.T) {
 				return resp.StatusCode, v, err
 			}(); code != 200 || err != nil {
 				t.Errorf("next request: %d %v %v", code, v, err)
+			}
+		})
+	}
+}
+
+// While Run drains, the listener stays open: new connections get 503 with
+// Retry-After from /health and the generation endpoints (and are closed
+// after the answer) while the request in flight finishes. Run closes the
+// listener when that request is done, or, if it is not, at the shutdown
+// timeout, cancelling it.
+func TestRunDrain(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		finishes bool // the request in flight ends within the drain
+	}{
+		{"request finishes", true},
+		{"shutdown timeout", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := "http://" + ln.Addr().String()
+			grace := time.Minute
+			if !tc.finishes {
+				grace = 3 * time.Second // long enough for the checks below
+			}
+			s := New(Options{ModelID: modelName, Logger: quietLogger(), ShutdownTimeout: grace})
+			// The engine stops before its second step until the test lets
+			// it go, so the request is in flight for as long as needed.
+			gate := make(chan struct{})
+			var steps atomic.Int64
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			runErr := make(chan error, 1)
+			go func() {
+				runErr <- s.Run(ctx, ln, func() (Model, error) {
+					m, err := demo()
+					if err != nil {
+						return Model{}, err
+					}
+					eng, err := runner.New(m.LanguageModel, m.Tokenizer, runner.Options{Slots: 2, BeforeStep: func() {
+						if steps.Add(1) == 2 {
+							<-gate
+						}
+					}})
+					return Model{Engine: eng}, err
+				})
+			}()
+			fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			keepAlive := &http.Client{Transport: &http.Transport{}}
+			defer keepAlive.CloseIdleConnections()
+			health := func(c *http.Client) (*http.Response, error) {
+				resp, err := c.Get(url + "/health")
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				return resp, err
+			}
+			waitFor(t, 10*time.Second, "the model to load", func() bool {
+				resp, err := health(fresh)
+				return err == nil && resp.StatusCode == 200
+			})
+			if resp, err := health(keepAlive); err != nil || resp.Close {
+				t.Fatalf("keep-alive /health before the drain: %v %v", resp, err)
+			}
+			inflight, err := fresh.Post(url+"/v1/completions", "application/json",
+				strings.NewReader(`{"prompt":"And God said","max_tokens":100,"ignore_eos":true,"stream":true}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer inflight.Body.Close()
+			br := bufio.NewReader(inflight.Body)
+			if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
+				t.Fatalf("first line %q, %v", line, err)
+			}
+
+			cancel()
+			// Every new connection gets an answer: 200 until the drain
+			// begins, then 503.
+			waitFor(t, 10*time.Second, "/health to say 503", func() bool {
+				resp, err := health(fresh)
+				if err != nil {
+					t.Fatalf("/health during the drain: %v", err)
+				}
+				return resp.StatusCode == 503
+			})
+			for _, rq := range []struct{ client, path, body string }{
+				{"fresh", "/health", ""},
+				{"keep-alive", "/health", ""},
+				{"fresh", "/v1/completions", `{"prompt":"x","max_tokens":2}`},
+				{"keep-alive", "/v1/completions", `{"prompt":"x","max_tokens":2,"stream":true}`},
+				{"fresh", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}]}`},
+			} {
+				c := fresh
+				if rq.client == "keep-alive" {
+					c = keepAlive
+				}
+				var resp *http.Response
+				var err error
+				if rq.body == "" {
+					resp, err = c.Get(url + rq.path)
+				} else {
+					resp, err = c.Post(url+rq.path, "application/json", strings.NewReader(rq.body))
+				}
+				if err != nil {
+					t.Fatalf("%s %s during the drain: %v", rq.client, rq.path, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !resp.Close || !strings.Contains(string(b), "shutting down") {
+					t.Errorf("%s %s during the drain: %d Retry-After=%q Connection: close %v %s",
+						rq.client, rq.path, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close, b)
+				}
+			}
+			select {
+			case err := <-runErr:
+				t.Fatalf("Run returned with a request in flight: %v", err)
+			default:
+			}
+
+			if tc.finishes {
+				close(gate)
+			} else {
+				// The drain ends at the timeout: the listener closes, and
+				// then the engine can step again, to cancel the request.
+				waitFor(t, time.Minute, "the listener to close", func() bool {
+					_, err := health(fresh)
+					return err != nil
+				})
+				close(gate)
+			}
+			chunks, done := sseEvents(t, br)
+			text, finish := streamText(chunks)
+			if tc.finishes && (!done || finish != "length" || text == "") {
+				t.Errorf("the request in flight: done=%v finish=%q", done, finish)
+			}
+			if !tc.finishes && (done || finish == "length") {
+				t.Errorf("the request in flight ran to its end after the shutdown timeout: done=%v finish=%q", done, finish)
+			}
+			select {
+			case err := <-runErr:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("Run did not return")
+			}
+			if _, err := health(fresh); err == nil {
+				t.Error("the server still accepts connections after Run returned")
 			}
 		})
 	}
