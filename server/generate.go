@@ -22,7 +22,11 @@ const chatStop = "\nUser:"
 // failure it writes the error response and returns nil; on success the
 // caller must call s.release when the request ends.
 func (s *Server) accept(w http.ResponseWriter, r *http.Request, req any, model *string) *backend {
-	body, e := s.readBody(w, r)
+	var body []byte
+	e := checkContentType(r)
+	if e == nil {
+		body, e = s.readBody(w, r)
+	}
 	if e == nil {
 		e = decodeBody(body, req)
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"os"
@@ -413,6 +414,24 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 			Code: strPtr("request_timeout"), Message: fmt.Sprintf("The request body did not arrive within %v.", s.opts.BodyTimeout)}
 	}
 	return nil, invalid("", "Reading the request body failed: %v", err)
+}
+
+// checkContentType refuses a body declared as anything but JSON, such as
+// the form encoding curl -d sends by default. A request without a
+// Content-Type is read as JSON: many minimal clients send none.
+func checkContentType(r *http.Request) *apiError {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/json" {
+		if cs, ok := params["charset"]; !ok || strings.EqualFold(cs, "utf-8") {
+			return nil
+		}
+	}
+	return &apiError{status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: strPtr("unsupported_media_type"),
+		Message: fmt.Sprintf("Unsupported Content-Type %q: the request body must be JSON (UTF-8), sent with the header `Content-Type: application/json`.", ct)}
 }
 
 // ready admits a generation request: it returns the backend, which the

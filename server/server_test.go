@@ -640,6 +640,7 @@ func TestStalledBody(t *testing.T) {
 		// The answer is written at once; what net/http then reads of the
 		// rest (up to 256 KiB) must give up at the deadline too.
 		{"over the limit, the rest stalled", "POST /v1/completions HTTP/1.1\r\nContent-Length: 8000\r\n", `{"prompt":"` + strings.Repeat("a", 5000), 413},
+		{"not JSON", "POST /v1/completions HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n", "prompt=", 415},
 		{"health, body unread", "GET /health HTTP/1.1\r\nContent-Length: 100\r\n", "x", 200},
 		{"unknown path, body unread", "POST /v1/embeddings HTTP/1.1\r\nContent-Length: 100\r\n", "x", 404},
 	} {
@@ -901,5 +902,72 @@ func TestRunDrain(t *testing.T) {
 				t.Error("the server still accepts connections after Run returned")
 			}
 		})
+	}
+}
+
+// The generation endpoints take a JSON body: a request that declares any
+// other Content-Type (curl -d sends a form type) gets 415 telling how to
+// send it; application/json with parameters, in any case, is JSON, and so
+// is a request without a Content-Type.
+func TestContentType(t *testing.T) {
+	ts := newTestServer(t, runner.Options{Slots: 1}, Options{})
+	for _, tc := range []struct {
+		ct     string
+		status int
+	}{
+		{"application/json", 200},
+		{"application/json; charset=utf-8", 200},
+		{"Application/JSON;Charset=UTF-8", 200},
+		{"", 200}, // no header at all
+		{"application/x-www-form-urlencoded", 415},
+		{"text/plain; charset=utf-8", 415},
+		{"multipart/form-data; boundary=x", 415},
+		{"application/json; charset=iso-8859-1", 415},
+		{"application/jsonl", 415},
+		{"application/json;;", 415}, // malformed
+	} {
+		for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+			t.Run(fmt.Sprintf("%s %q", path, tc.ct), func(t *testing.T) {
+				body := `{"prompt":"x","max_tokens":1}`
+				if path == "/v1/chat/completions" {
+					body = `{"messages":[{"role":"user","content":"x"}],"max_tokens":1}`
+				}
+				req, err := http.NewRequest("POST", ts.URL+path, strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.ct != "" {
+					req.Header.Set("Content-Type", tc.ct)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tc.status {
+					t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, raw)
+				}
+				if tc.status == 200 {
+					return
+				}
+				var v struct {
+					Error struct {
+						Message string  `json:"message"`
+						Type    string  `json:"type"`
+						Code    *string `json:"code"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal(raw, &v); err != nil || resp.Header.Get("Content-Type") != "application/json" {
+					t.Fatalf("not an OpenAI error: %s", raw)
+				}
+				if e := v.Error; e.Type != "invalid_request_error" || deref(e.Code) != "unsupported_media_type" || !strings.Contains(e.Message, "Content-Type: application/json") {
+					t.Errorf("error %+v", e)
+				}
+			})
+		}
+	}
+	if st := ts.eng.Stats(); st.Requests != 8 {
+		t.Errorf("the engine saw %d requests, want the 8 JSON ones", st.Requests)
 	}
 }
