@@ -27,6 +27,7 @@ func TestOpenRefusesFIFOs(t *testing.T) {
 		{"safetensors config.json", "../testdata/hf-safetensors-tiny", "config.json", "."},
 		{"safetensors index", "../testdata/hf-safetensors-tiny", "model.safetensors.index.json", "."},
 		{"xai config.json", "../testdata/xai-ckpt-tiny", "config.json", "."},
+		{"tokenizer.model beside a checkpoint", "../testdata/xai-ckpt-tiny", "tokenizer.model", "."},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -27,12 +27,13 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/grok-go/grok/internal/safefile"
 )
 
 // Tokenizer encodes text to token ids and decodes ids back to text the way
@@ -88,9 +89,15 @@ type virtualSymbol struct {
 	out int32 // id emitted for it: the reserved piece, or unk
 }
 
+// maxModelFileBytes bounds a tokenizer.model: 2M pieces of 4 KiB would be
+// larger, but no real vocabulary comes near it.
+const maxModelFileBytes = 1 << 30
+
 // Load reads a SentencePiece model file (tokenizer.model).
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	// A tokenizer.model is a few MB (Grok-1's: 2.2 MB); the bound keeps a
+	// wrong path (a model file, a device) from being read whole.
+	data, err := safefile.ReadFile(path, maxModelFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}

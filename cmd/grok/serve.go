@@ -41,6 +41,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	threads := fs.Int("t", 0, "threads (0 = all cores)")
 	alias := fs.String("alias", "", "model id to serve under (default: the model file's base name)")
 	maxBody := fs.Int64("max-body", 1<<20, "largest request body in bytes (413 beyond)")
+	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "time a client may take to send its request body (408 beyond)")
 	verbose := fs.Bool("v", false, "log every request at debug level")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -67,7 +68,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		id = modelID(*mf.path)
 	}
 	srv := server.New(server.Options{ModelID: id, Timeout: *timeout, ShutdownTimeout: *grace,
-		MaxBodyBytes: *maxBody, Logger: log})
+		MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, Logger: log})
 
 	// Listen before loading, so that a busy port fails at once and /health
 	// answers 503 while a large model maps in.
