@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"slices"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/grok-go/grok/runner"
 )
-
-var throughput = flag.Bool("throughput", false, "run TestThroughput: measure the server at 1-16 concurrent streams and print a table")
 
 // loadStats is what a load run measured, client-side over loopback.
 type loadStats struct {
@@ -128,20 +125,23 @@ func timeStream(ctx context.Context, client *http.Client, url, body string) (ttf
 	return ttft, itl, tokens, sc.Err()
 }
 
-// TestThroughput measures aggregate tokens/s and latencies at 1, 2, 4, 8
-// and 16 concurrent streams against one server with 16 slots, and prints
-// the table that server/README.md shows. It runs only with -throughput:
+// BenchmarkThroughputTable measures aggregate tokens/s and latencies at 1,
+// 2, 4, 8 and 16 concurrent streams against one server with 16 slots, and
+// logs the table that server/README.md shows:
 //
-//	go test ./server -run TestThroughput -throughput -v
+//	go test ./server -run '^$' -bench ThroughputTable -benchtime 1x -v
 //
 // Each level is run three times, interleaved, and the run with the best
 // throughput is reported: on a shared machine the other runs measure the
 // neighbours as much as the server.
-func TestThroughput(t *testing.T) {
-	if !*throughput {
-		t.Skip("measures throughput; run with -throughput")
+func BenchmarkThroughputTable(b *testing.B) {
+	ts := newTestServer(b, runner.Options{Slots: 16}, Options{})
+	for b.Loop() {
+		throughputTable(b, ts)
 	}
-	ts := newTestServer(t, runner.Options{Slots: 16}, Options{})
+}
+
+func throughputTable(t testing.TB, ts *testServer) {
 	measureLoad(t, ts, 4, 1, 16) // warm up
 	const tokens, reps = 32, 3
 	levels := []int{1, 2, 4, 8, 16}
