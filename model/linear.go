@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/grok-go/grok/kernels"
 	"github.com/grok-go/grok/tensor"
@@ -34,7 +35,7 @@ func newLinears(t *tensor.Tensor, count, out, in int) ([]Linear, error) {
 	if len(shape) == 2 && count == 1 {
 		shape = []int{1, shape[0], shape[1]}
 	}
-	if !equalInts(shape, want) {
+	if !slices.Equal(shape, want) {
 		if count == 1 {
 			want = want[1:]
 		}
@@ -108,16 +109,4 @@ func loadExperts(src TensorSource, layer int, kind string, E, out, in int) ([]Li
 		}
 	}
 	return ls, nil
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
