@@ -47,7 +47,7 @@ fi
 
 go build -o "$out/grok" ./cmd/grok
 for t in $types; do
-	[ -f "$out/medium-$t.gguf" ] || "$out/grok" bench --make-model "$out/medium-$t.gguf" --type $t
+	[ -f "$out/medium-$t.gguf" ] || "$out/grok" make-model "$out/medium-$t.gguf" --type $t
 done
 
 if [ "${DROP_CACHES:-0}" = 1 ]; then

@@ -27,7 +27,7 @@ idle3s() {
 }
 go build -o "$out/grok" ./cmd/grok
 for t in f32 f16 q8_0; do
-	[ -f "$out/medium-$t.gguf" ] || "$out/grok" bench --make-model "$out/medium-$t.gguf" --type $t
+	[ -f "$out/medium-$t.gguf" ] || "$out/grok" make-model "$out/medium-$t.gguf" --type $t
 done
 for r in $(seq "$rounds"); do
 	for t in f32 f16 q8_0; do

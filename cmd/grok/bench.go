@@ -17,6 +17,7 @@ import (
 
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/internal/defaultmodel"
+	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
 )
@@ -24,7 +25,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		usage:   "[-m MODEL] [-p 128] [-n 32] [-t THREADS] [-r REPS] [--json] | --make-model PATH [--type f16] [--config medium]",
+		usage:   "[-m MODEL] [-p 128] [-n 32] [-b 1] [-t THREADS] [-r REPS] [--json]",
 		summary: "measure prefill and decode speed against the memory-bandwidth roofline",
 		run:     runBench,
 	})
@@ -91,11 +92,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("b", 1, "sequences prefilled and decoded together (continuous batching's steps); tok/s are then aggregates")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	bwMB := fs.Int("bw-mb", 300, "size of the buffer the read bandwidth is measured on, in MB (far above the last-level cache)")
-	seed := fs.Uint64("seed", 1, "random seed of the prompt tokens (and of --make-model's weights)")
+	seed := fs.Uint64("seed", 1, "random seed of the prompt tokens")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to this file (no paired roofline ratio then)")
-	makeModel := fs.String("make-model", "", "instead of benchmarking, write a random benchmark model to this GGUF path")
-	typ := fs.String("type", "f16", "with --make-model: weight type, f32, f16 or q8_0")
-	config := fs.String("config", "medium", "with --make-model: medium (reference-figures.md's model) or tiny")
+	makeModel := fs.String("make-model", "", "same as `grok make-model PATH` (with --type, --config and --seed)")
+	typ := fs.String("type", "f16", "with --make-model: weight type")
+	config := fs.String("config", "medium", "with --make-model: the model's configuration")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -104,16 +105,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return usagef("unexpected argument %q", pos[0])
 	}
 	if *makeModel != "" {
-		dt, err := parseBenchType(*typ)
-		if err != nil {
-			return err
-		}
-		start := time.Now()
-		if err := makeBenchModel(*makeModel, *config, dt, *seed); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "wrote %s (%s, %s) in %v\n", *makeModel, *config, dt, time.Since(start).Round(time.Millisecond))
-		return nil
+		return writeBenchModel(*makeModel, *config, *typ, *seed, stderr)
 	}
 	if *p < 1 || *n < 1 || *reps < 1 || *bwMB < 1 || *threads < 0 || *batch < 1 {
 		return usagef("-p, -n, -r, -b and --bw-mb must be positive and -t not negative")
@@ -149,48 +141,58 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	} else if st, err := os.Stat(res.Model); err == nil && !st.IsDir() {
 		res.MappedMB = float64(st.Size()) / 1e6
 	}
-	byType := map[string]int64{}
-	var tensorBytes int64
-	for _, t := range m.Tensors() {
-		byType[t.Type] += t.Bytes
-		tensorBytes += t.Bytes
-		e := int64(1)
-		for _, d := range t.Shape {
-			e *= int64(d)
-		}
-		res.Params += e
-	}
-	for t, b := range byType {
-		if res.Type == "" || b > byType[res.Type] {
-			res.Type = t
-		}
-	}
-	if res.MappedMB == 0 { // a folder of files (safetensors, xAI checkpoint)
-		res.MappedMB = float64(tensorBytes) / 1e6
-	}
+	describeWeights(&res, m)
 
 	lm := m.LanguageModel
 	c := &lm.Config
 	if *p+*n > c.SequenceLen {
 		return usagef("-p + -n = %d exceeds the model's context of %d", *p+*n, c.SequenceLen)
 	}
-	B := *batch
-	mem, err := model.NewKVMemory(c, B, *p+*n)
+	if err := benchRuns(&res, m, benchOpts{p: *p, n: *n, reps: *reps, batch: *batch, bwMB: *bwMB,
+		seed: *seed, cpuProfile: *cpuProfile, mapped: m.GGUF != nil && *mf.path != ""}, pool); err != nil {
+		return err
+	}
+
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	printBench(stdout, &res, c)
+	return nil
+}
+
+// benchOpts are the measurement's settings (grok bench's flags).
+type benchOpts struct {
+	p, n, reps, batch, bwMB int
+	seed                    uint64
+	cpuProfile              string
+	mapped                  bool // the weights are a mapped GGUF file (not the embedded model)
+}
+
+// benchRuns times o.reps prefills of o.p tokens and o.n decode steps each,
+// for o.batch sequences at once, with read-bandwidth passes between them,
+// and fills in res's speeds, allocations and roofline figures.
+func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Pool) error {
+	lm := m.LanguageModel
+	c := &lm.Config
+	B := o.batch
+	mem, err := model.NewKVMemory(c, B, o.p+o.n)
 	if err != nil {
 		return err
 	}
-	rng := rand.New(rand.NewPCG(*seed, 0))
+	rng := rand.New(rand.NewPCG(o.seed, 0))
 	tok := func() int { return 1 + rng.IntN(c.VocabSize-1) } // never the pad token
 	// Each sequence (slot) has its own random prompt and continuation.
 	in := make([]model.Input, B)
 	step := make([]model.Input, B)
 	gen := make([][]int, B)
 	for b := range in {
-		prompt := make([]int, *p)
+		prompt := make([]int, o.p)
 		for i := range prompt {
 			prompt[i] = tok()
 		}
-		gen[b] = make([]int, *n)
+		gen[b] = make([]int, o.n)
 		for i := range gen[b] {
 			gen[b][i] = tok()
 		}
@@ -228,17 +230,17 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	// the same threads: its best pass is the machine's roofline, and each
 	// run is also compared with the passes next to it, which cancels most
 	// of what other processes on a shared machine do to both.
-	meter := newReadMeter(pool, *bwMB<<20)
+	meter := newReadMeter(pool, o.bwMB<<20)
 	defer meter.free()
 	bwPrev := meter.best(2)
 
 	// Warm-up: touches every weight page once (the first pass over a mapped
 	// file pays its page faults) and sizes the workspace.
-	if _, _, _, err := run(min(*n, 4)); err != nil {
+	if _, _, _, err := run(min(o.n, 4)); err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -252,38 +254,38 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	var paired []float64
 	res.Bytes = lm.DecodeStepBytes()
 	res.BytesPerToken = res.Bytes.Total
-	for r := 0; r < *reps; r++ {
-		pt, dt, a, err := run(*n)
+	for r := 0; r < o.reps; r++ {
+		pt, dt, a, err := run(o.n)
 		if err != nil {
 			return err
 		}
 		allocs += a
-		res.PrefillRuns = append(res.PrefillRuns, float64(B**p)/pt.Seconds())
-		res.DecodeRuns = append(res.DecodeRuns, float64(B**n)/dt.Seconds())
-		if *cpuProfile != "" || B > 1 {
+		res.PrefillRuns = append(res.PrefillRuns, float64(B*o.p)/pt.Seconds())
+		res.DecodeRuns = append(res.DecodeRuns, float64(B*o.n)/dt.Seconds())
+		if o.cpuProfile != "" || B > 1 {
 			continue // keep the read passes out of the profile; no roofline for batches
 		}
 		bw := meter.best(2)
 		if near := max(bwPrev, bw); near > 0 {
-			paired = append(paired, float64(res.BytesPerToken)*float64(*n)/dt.Seconds()/1e9/near)
+			paired = append(paired, float64(res.BytesPerToken)*float64(o.n)/dt.Seconds()/1e9/near)
 		}
 		bwPrev = bw
 	}
-	if *cpuProfile != "" {
+	if o.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
-	if *cpuProfile != "" {
+	if o.cpuProfile != "" {
 		meter.best(2)
 	}
 	res.BandwidthGBs = meter.bestGBs
 	meter.free()
-	if m.GGUF != nil && *mf.path != "" { // a mapped file, not the embedded model
+	if o.mapped {
 		res.WeightsReadGBs = weightsReadGBs(pool, m.GGUF)
 	}
 	res.RSSRunMB = rssMB()
 	res.PrefillTokS = median(res.PrefillRuns)
 	res.DecodeTokS = median(res.DecodeRuns)
-	res.DecodeAllocs = float64(allocs) / float64(*reps*B**n)
+	res.DecodeAllocs = float64(allocs) / float64(o.reps*B*o.n)
 	if B == 1 {
 		res.AchievedGBs = float64(res.BytesPerToken) * res.DecodeTokS / 1e9
 		if res.BandwidthGBs > 0 {
@@ -293,16 +295,34 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if len(paired) > 0 {
 		res.PairedRatio = median(paired)
 	}
-
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	}
-	printBench(stdout, &res, c)
 	return nil
 }
 
+// describeWeights fills in res's parameter count, main weight type and
+// mapped size from m's tensors.
+func describeWeights(res *benchResult, m *loader.Model) {
+	byType := map[string]int64{}
+	var tensorBytes int64
+	for _, t := range m.Tensors() {
+		byType[t.Type] += t.Bytes
+		tensorBytes += t.Bytes
+		e := int64(1)
+		for _, d := range t.Shape {
+			e *= int64(d)
+		}
+		res.Params += e
+	}
+	for t, b := range byType {
+		if res.Type == "" || b > byType[res.Type] {
+			res.Type = t
+		}
+	}
+	if res.MappedMB == 0 { // a folder of files (safetensors, xAI checkpoint)
+		res.MappedMB = float64(tensorBytes) / 1e6
+	}
+}
+
+// printBench writes res as text.
 func printBench(w io.Writer, r *benchResult, c *model.Config) {
 	mb := func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
 	fmt.Fprintf(w, "model     %s: %s, %.1f M parameters, %.1f MB mapped; loaded in %.2f s\n",

@@ -70,7 +70,7 @@ func TestBenchEmbedded(t *testing.T) {
 	}
 }
 
-// --make-model writes a model that loads, with the requested type for the
+// make-model (and its alias bench --make-model) writes a model that loads, with the requested type for the
 // matrices (token_embd included) and F32 norms and router, and the F32 and
 // Q8_0 files of one seed hold the same model.
 func TestBenchMakeModel(t *testing.T) {
@@ -79,7 +79,11 @@ func TestBenchMakeModel(t *testing.T) {
 	for _, typ := range []string{"f32", "q8_0"} {
 		p := filepath.Join(dir, typ+".gguf")
 		paths[typ] = p
-		if _, e, code := grok(t, "bench", "--make-model", p, "--type", typ, "--config", "tiny"); code != 0 {
+		args := []string{"make-model", p, "--type", typ, "--config", "tiny"}
+		if typ == "q8_0" {
+			args = []string{"bench", "--make-model", p, "--type", typ, "--config", "tiny"}
+		}
+		if _, e, code := grok(t, args...); code != 0 {
 			t.Fatalf("--make-model --type %s: exit %d: %s", typ, code, e)
 		}
 	}
@@ -153,6 +157,8 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "--make-model", "x.gguf", "--type", "q4_k"}, 2, "--type"},
 		{[]string{"bench", "--make-model", "x.gguf", "--type", "bf16"}, 2, "--type must be"},
 		{[]string{"bench", "--make-model", "x.gguf", "--config", "huge"}, 2, "unknown --config"},
+		{[]string{"make-model"}, 2, "one output PATH"},
+		{[]string{"make-model", "x.gguf", "--type", "bf16"}, 2, "--type must be"},
 	} {
 		_, e, code := grok(t, tc.args...)
 		if code != tc.code || !strings.Contains(e, tc.want) {

@@ -7,13 +7,54 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
 )
 
-// benchConfigs are the random models `grok bench --make-model` writes.
+func init() {
+	register(command{
+		name:    "make-model",
+		usage:   makeModelUsage,
+		summary: "write a random benchmark model (GGUF) of a given configuration and weight type",
+		run:     runMakeModel,
+	})
+}
+
+const makeModelUsage = "PATH [--config medium|tiny] [--type f32|f16|q8_0] [--seed 1]"
+
+func runMakeModel(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("make-model", makeModelUsage, stderr)
+	typ := fs.String("type", "f16", "weight type of the matrices: f32, f16 or q8_0")
+	config := fs.String("config", "medium", "medium (the reference figures' model) or tiny")
+	seed := fs.Uint64("seed", 1, "random seed of the weights")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one output PATH")
+	}
+	return writeBenchModel(pos[0], *config, *typ, *seed, stderr)
+}
+
+// writeBenchModel is make-model's work, shared with bench --make-model.
+func writeBenchModel(path, config, typ string, seed uint64, stderr io.Writer) error {
+	dt, err := parseBenchType(typ)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := makeBenchModel(path, config, dt, seed); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s (%s, %s) in %v\n", path, config, dt, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// benchConfigs are the random models `grok make-model` writes.
 // "medium" is the model of shared/design/reference-figures.md, on which
 // llama.cpp's reference figures were measured; "tiny" is for tests.
 var benchConfigs = map[string]model.Config{
