@@ -181,20 +181,15 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 // scales (I8 keeps forTiles). It makes one kernel call per tile of rows in
 // row order, then adds the elements past the last whole step: forTiles's
 // order (each output gets its kernel sum, then its tail), so the same bits.
-// It only leaves out forTiles's bookkeeping per tile, which cost a few
-// percent of a one-token product over rows of 1536 F16 weights (a tile of 4
-// such rows streams in about half a microsecond).
+// It only leaves out forTiles's bookkeeping per tile, which shows when a
+// tile of short rows streams in under a microsecond.
 //
 // F16 and BF16 rows longer than dotSpan are walked span by span instead:
 // every tile's first span, then every tile's second, each call one span (so
 // the same bits). A span's activations (8 KiB) then stay in L1 while the
-// rows stream, where a whole row's are re-read for every tile. Two threads,
-// one token, 768 MB of matrices, against a read loop in the same run: F16
-// 1536×4096 0.94 → 0.99, 2048×6144 0.91 → 1.01, 512×32768 0.85 → 0.89;
-// BF16 1536×4096 0.91 → 0.97, 2048×6144 0.91 → 1.01. F32 gained or lost
-// up to 5 % with the shape, and Q8_0 lost 8–11 % on 1536×4096 and
-// 512×32768 (a call per 2 KiB of each row costs its heavier loop more), so
-// they read whole rows.
+// rows stream, where a whole row's are re-read for every tile. F32 gains
+// nothing from it and Q8_0 loses (a call per span costs its heavier loop
+// more), so they read whole rows (figures: bench/README.md).
 func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
 	In, Out := m.In, m.Out
 	steps := In / fam.E

@@ -49,13 +49,10 @@ type Mat struct {
 // (weights dequantised in registers) instead of int8-quantised ones (VNNI).
 // It is read by every MatMul call; set it before starting any.
 //
-// It is on by default: on this project's AVX-512 machines the exact path is
-// at least as fast as the int8 one (first measured as Q8_0 GEMV 18.5 vs 15.5
-// GB/s of weights and GEMM 139 vs 125 GFLOP/s with AVX512-VNNI, in one run:
-// the per-block float rescaling of the integer path costs what the FMAs it
-// replaces cost; since its one-token kernel loads a step ahead, GEMV 25.0 vs
-// 19.7 GB/s on one thread), and it adds no error beyond the weights' own
-// rounding.
+// It is on by default: it adds no error beyond the weights' own rounding,
+// and on AVX-512 it is at least as fast as the int8 path, whose per-block
+// float rescaling costs what the FMAs it replaces cost (figures:
+// bench/README.md).
 var ExactQuant = true
 
 // Validate checks that the matrix's bytes and scales agree with its sizes.
@@ -136,10 +133,8 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 // block's product without its scales over every column, CombineBlocks
 // adds the scaled blocks in order, and together they give MatMulRows' bits.
 // A thread that computes a whole block streams one contiguous run of
-// weights, where a range of columns is a short run out of every row (two
-// threads, one token, over the medium model's 1536×4096 and 1536×1536
-// matrices: 39–40 and 35–36 GB/s against 34–36 and 26–27 by columns; a
-// plain read loop 47–52 and 44–46).
+// weights, where a range of columns is a short run out of every row, which
+// keeps too few bytes in flight (figures: bench/README.md).
 
 // BlockRows is the most rows of a block of an int8 [in, out] product:
 // large enough that a block is a long contiguous stream (256 rows of 1536

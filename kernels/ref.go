@@ -183,7 +183,7 @@ func dotI8(w, x []byte) int32 {
 	return s
 }
 
-// Dot returns Σ a[i]·b[i] over len(a) elements, accumulated in float32 with
+// dotRef returns Σ a[i]·b[i] over len(a) elements, accumulated in float32 with
 // four independent partial sums.
 func dotRef(a, b []float32) float32 {
 	b = b[:len(a)]

@@ -69,7 +69,8 @@ var Presets = map[string]func() Config{"grok-1": Grok1}
 // GroupSize is the number of query heads that share one kv head (G).
 func (c *Config) GroupSize() int { return c.NumQHeads / c.NumKVHeads }
 
-// Validate reports the first inconsistency in c with a message naming the field.
+// Validate reports every inconsistency in c, joined into one error, each
+// message naming its field.
 func (c *Config) Validate() error {
 	var errs []error
 	pos := func(name string, v int) {

@@ -45,11 +45,9 @@ const DefaultAlign = 16
 // thread streams long runs of weights; the last are short, so a thread that
 // finishes early (or one whose core another process took for a while) leaves
 // little work for the loop to wait for. With 2 threads a loop of 512 units
-// is cut into 12 ranges, the last whole ones 1/32 of it; equal quarters per
-// thread (the cut before) left the slower thread a last range of 1/8. In
-// three alternating decode runs of the medium F16 model the threads were busy
-// for 0.89–0.96 of the wall time of the big loops (experts, matrices) with
-// equal quarters and 0.94–0.98 with guided ranges.
+// is cut into 12 ranges, the last whole ones 1/32 of it, where equal
+// quarters per thread would leave the slower thread a last range of 1/8
+// (figures: bench/README.md).
 const guidedTail = 16
 
 // spinFor is how long an idle worker polls for the next loop before it

@@ -48,10 +48,9 @@ func stepBytes(a arch, k wkind) int {
 // dotStepElems is how many weights of a row one step of a dot kernel
 // consumes: whole 64-byte cache lines of float weights (F32: one vector,
 // F16 and BF16: two on zmm, four on ymm; I8: four zmm vectors), two Q8_0
-// blocks (68 bytes). A step that takes half a line of each of four rows
-// left two threads decoding F16 at about 0.76 of the read bandwidth, whole
-// lines at 0.84 (medium model, same run). Unrolling changes no result:
-// the vectors of a step go into the same accumulators, in order.
+// blocks (68 bytes): a step of half a line per row kept fewer bytes in
+// flight and decoded slower (figures: bench/README.md). Unrolling changes
+// no result: the vectors of a step go into the same accumulators, in order.
 func dotStepElems(a arch, k wkind) int {
 	if k == wQ8 {
 		return 2 * 32
@@ -234,12 +233,11 @@ func pipelined(a arch, k wkind, R, T int) bool {
 // step j-1 loaded into registers, and loads those of step j+1 in their
 // place. A load that misses the cache then waits without an instruction of
 // the convert-multiply-add chain waiting on it, so the core keeps issuing
-// the loads (and next rows' prefetches) behind it. The
-// arithmetic is genDot's, instruction for instruction, so the sums are the
-// same bits. Measured on rows of 3 KiB (the medium model's
-// one-token products) with two threads: 0.82–0.84 of the read loop's
-// bandwidth loading in the step, 1.0 loading ahead. The last step loads
-// nothing (the next step's bytes may be past the end of the weights).
+// the loads (and next rows' prefetches) behind it, and the stream reaches
+// the read loop's bandwidth (figures: bench/README.md). The arithmetic is
+// genDot's, instruction for instruction, so the sums are the same bits.
+// The last step loads nothing (the next step's bytes may be past the end
+// of the weights).
 func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirtual, span *spanCounter, out *strided) {
 	R := len(acc[0])
 	E := dotStepElems(a, k)

@@ -148,9 +148,8 @@ func log2(n int) uint8 {
 // inoutLinesAhead is the loop over i ≥ 1 whole cache lines of a one-token
 // inout kernel (K rows, U vectors a line, the K activation broadcasts xb)
 // with each line's weights loaded during the line before (see
-// genDotPipelined). Same arithmetic, same order. The medium model as an
-// xAI checkpoint decoded at 0.66-0.74 of the read bandwidth loading in the
-// step, 0.74-0.83 loading ahead (4 alternating rounds).
+// genDotPipelined), which keeps the memory busy while the line computes
+// (figures: bench/README.md). Same arithmetic, same order.
 func (a arch) inoutLinesAhead(k wkind, K, U int, w, acc *strided, xb []VecVirtual, i Register) {
 	raw := make([][]VecVirtual, K) // raw[j][u]: vector u of row j's line
 	for j := range raw {
