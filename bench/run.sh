@@ -1,6 +1,6 @@
 #!/bin/sh
-# Measures prefill and decode of the "medium" random model of
-# shared/design/reference-figures.md in F32, F16 and Q8_0, as llama-bench
+# Measures prefill and decode of the "medium" random model (bench/README.md,
+# `grok make-model`) in F32, F16 and Q8_0, as llama-bench
 # -p 128 -n 32 -t 2 did for the reference figures: ROUNDS alternating rounds,
 # each one `grok bench --json` per type (itself the median of -r 5), with
 # the read bandwidth measured in the same process, same threads.

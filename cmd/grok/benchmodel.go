@@ -55,8 +55,8 @@ func writeBenchModel(path, config, typ string, seed uint64, stderr io.Writer) er
 }
 
 // benchConfigs are the random models `grok make-model` writes.
-// "medium" is the model of shared/design/reference-figures.md, on which
-// llama.cpp's reference figures were measured; "tiny" is for tests.
+// "medium" is the model bench/README.md's figures (ours and llama.cpp's)
+// were measured on; "tiny" is for tests.
 var benchConfigs = map[string]model.Config{
 	"medium": {
 		VocabSize: 32768, EmbSize: 1536, KeySize: 128, NumQHeads: 12, NumKVHeads: 2, NumLayers: 4,
