@@ -10,9 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,183 +17,10 @@ import (
 
 	"github.com/grok-go/grok/internal/sysmem"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/sampler"
 	"github.com/grok-go/grok/tokenizer"
 )
-
-// Options configures an Engine.
-type Options struct {
-	// Slots is how many sequences decode together in one batch (default 1).
-	Slots int
-	// Context is the KV memory rows per slot: prompt plus generated tokens
-	// (maximum: the model's sequence_len). The default is the model's
-	// sequence_len, capped so that the KV memory takes at most half of
-	// MemoryLimit: a file may declare a context far larger than the machine.
-	Context int
-	// MemoryLimit is the memory the KV memory may take, in bytes: New fails
-	// with a *MemoryError if an explicit Context needs more. 0 means the
-	// memory the system has available now (internal/sysmem), or no limit
-	// where the system does not say.
-	MemoryLimit int64
-	// MaxQueue bounds the requests waiting for a slot (default 64); Submit
-	// returns ErrQueueFull beyond it.
-	MaxQueue int
-	// PrefillChunk caps the prompt tokens one sequence feeds per step, so a
-	// long prompt does not stall the others' decoding (default 256).
-	PrefillChunk int
-
-	// BeforeStep, when set, runs in the engine's loop before every forward
-	// pass (never while the engine is idle). It is for tests, which use it
-	// to pause the loop at a known point or to pace it so that a request
-	// lasts long enough to be cancelled whatever the kernels' speed. It must
-	// not call the engine.
-	BeforeStep func()
-}
-
-// MemoryError reports a KV memory larger than the memory there is.
-type MemoryError struct {
-	Slots, Context int
-	Need           float64 // bytes
-	Available      float64 // bytes: Options.MemoryLimit or what the system had (half, for a default context)
-}
-
-func (e *MemoryError) Error() string {
-	return fmt.Sprintf("runner: a KV memory of %d slot(s) × %d tokens needs %.3g GB, but only %.3g GB of memory is available",
-		e.Slots, e.Context, e.Need/1e9, e.Available/1e9)
-}
-
-// ErrQueueFull is returned by Submit when every slot is busy and the queue is full.
-var ErrQueueFull = errors.New("runner: too many requests waiting")
-
-// ErrClosed is returned by Submit after Close.
-var ErrClosed = errors.New("runner: engine is closed")
-
-// Request is one generation job.
-type Request struct {
-	Prompt    []int          // token ids, no BOS added (runners.py encodes without one)
-	MaxTokens int            // new tokens at most; 0 = until the context is full
-	Sampling  sampler.Params // temperature 0 = greedy
-	Stop      []string       // stop strings: output ends before the first match
-	IgnoreEOS bool           // keep generating through EOS, as runners.py does
-	// TruncatePrompt keeps the last tokens of a prompt that does not fit
-	// (runners.py's pad_to_size left truncation) instead of failing.
-	TruncatePrompt bool
-	// Logprobs makes TokenInfo report the model's own distribution: the
-	// log-softmax of the raw logits, before penalties, temperature and
-	// filters, with the TopLogprobs (at most sampler.MaxTopLogprobs) most
-	// likely tokens. This is what API clients expect (and vLLM's default):
-	// the sampler's distribution is a point mass under greedy decoding,
-	// which says nothing. Without it TokenInfo carries the sampler's figures.
-	Logprobs    bool
-	TopLogprobs int
-}
-
-// Finish reasons, in OpenAI's vocabulary where it has one.
-const (
-	FinishStop      = "stop"      // EOS or a stop string
-	FinishLength    = "length"    // max tokens or the context is full
-	FinishCancelled = "cancelled" // the client went away or Cancel was called
-	FinishError     = "error"
-)
-
-// TokenInfo describes one sampled token.
-type TokenInfo struct {
-	ID int
-	// Text is what the token added to the decoded output (empty without a
-	// tokenizer). Concatenated over a request's tokens it is the whole
-	// generated text before stop strings cut it: a byte-fallback token
-	// that leaves a character incomplete has empty Text, and the token that
-	// completes the character carries all of it.
-	Text    string
-	Logprob float32
-	// Top is copied; at most Request.TopLogprobs entries with
-	// Request.Logprobs, else at most Sampling.TopLogprobs.
-	Top []sampler.TokenProb
-}
-
-// Usage counts a request's tokens and times its phases.
-type Usage struct {
-	PromptTokens, CompletionTokens int
-	Truncated                      int           // prompt tokens dropped by TruncatePrompt
-	Queued, Prefill, Decode        time.Duration // waiting, prompt until first token, after it
-}
-
-// Event is what a Stream delivers: newly released text and the tokens of one
-// step, or the end of the request.
-type Event struct {
-	Text   string
-	Tokens []TokenInfo
-	Done   bool
-	Finish string // set when Done
-	Err    error  // set when Finish is FinishError
-	Usage  Usage  // complete when Done
-}
-
-// Stream is a submitted request. Recv returns its events in order.
-type Stream struct {
-	req    Request
-	ctx    context.Context
-	cancel atomic.Bool
-
-	mu     sync.Mutex
-	events []Event
-	notify chan struct{}
-	ended  bool // the final event has been queued
-
-	// Owned by the engine loop.
-	slot      int
-	fed       int // prompt tokens written to memory
-	last      int // the token to feed next (after prefill)
-	generated []int
-	history   []int
-	smp       *sampler.Sampler
-	dec       *tokenizer.StreamDecoder
-	stop      stopMatcher
-	usage     Usage
-	submitted time.Time
-	started   time.Time
-	firstTok  time.Time
-}
-
-// Recv waits for the next event. After the Done event it returns io.EOF.
-func (s *Stream) Recv(ctx context.Context) (Event, error) {
-	for {
-		s.mu.Lock()
-		if len(s.events) > 0 {
-			ev := s.events[0]
-			s.events[0] = Event{}
-			s.events = s.events[1:]
-			s.mu.Unlock()
-			return ev, nil
-		}
-		ended := s.ended
-		s.mu.Unlock()
-		if ended {
-			return Event{}, io.EOF
-		}
-		select {
-		case <-s.notify:
-		case <-ctx.Done():
-			return Event{}, ctx.Err()
-		}
-	}
-}
-
-// Cancel asks the engine to stop the request; its slot is freed at the next step.
-func (s *Stream) Cancel() { s.cancel.Store(true) }
-
-func (s *Stream) push(ev Event) {
-	s.mu.Lock()
-	s.events = append(s.events, ev)
-	if ev.Done {
-		s.ended = true
-	}
-	s.mu.Unlock()
-	select {
-	case s.notify <- struct{}{}:
-	default:
-	}
-}
 
 // Stats are the engine's counters, for metrics.
 type Stats struct {
@@ -229,6 +53,8 @@ type Engine struct {
 	inputs []model.Input
 	rows   []*Stream
 	draws  []draw
+
+	sampleJob sampleTask
 
 	requests, finished, cancelled, rejected atomic.Int64
 	promptTok, genTok, steps, batchRows     atomic.Int64
@@ -482,8 +308,6 @@ func (e *Engine) pruneWaiting() {
 	e.waiting = e.waiting[:k]
 }
 
-func (s *Stream) cancelled() bool { return s.cancel.Load() || s.ctx.Err() != nil }
-
 // step runs one batched forward over every active slot; it reports false
 // when there was nothing to do.
 func (e *Engine) step() bool {
@@ -525,17 +349,9 @@ func (e *Engine) step() bool {
 	V := e.lm.Config.VocabSize
 	n := len(e.rows)
 	e.draws = slices.Grow(e.draws[:0], n)[:n]
-	e.forRows(n, func(i int) {
-		s := e.rows[i]
-		if s.fed < len(s.req.Prompt) {
-			return // mid-prompt: nothing to sample yet
-		}
-		row, d := logits[i*V:(i+1)*V], &e.draws[i]
-		d.r, d.err = s.smp.Sample(row, s.history)
-		if d.err == nil && s.req.Logprobs {
-			d.logprob, d.top = rawLogprobs(row, d.r.Token, s.req.TopLogprobs)
-		}
-	})
+	e.sampleJob = sampleTask{e: e, logits: logits, V: V}
+	e.pool().Run(n, 1, &e.sampleJob)
+	e.sampleJob = sampleTask{}
 	for i, s := range e.rows {
 		if s.fed < len(s.req.Prompt) {
 			continue
@@ -554,30 +370,36 @@ type draw struct {
 	top     []sampler.TokenProb // with Request.Logprobs
 }
 
-// forRows runs f(0..n-1), split over the available cores when there is
-// more than one row. Sampling (a softmax over the vocabulary for each row)
-// runs between forward passes, when nothing else does, so spreading it
-// shortens every step; each row touches only its own stream's sampler.
-func (e *Engine) forRows(n int, f func(int)) {
-	g := min(n, runtime.GOMAXPROCS(0))
-	if g <= 1 {
-		for i := range n {
-			f(i)
+// sampleTask samples the rows of one step on the worker pool. Sampling (a
+// softmax over the vocabulary for each row) runs between forward passes,
+// when the pool is idle, so spreading it shortens every step; each row
+// touches only its own stream's sampler and draw.
+type sampleTask struct {
+	e      *Engine
+	logits []float32
+	V      int
+}
+
+func (t *sampleTask) Run(_, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		s := t.e.rows[i]
+		if s.fed < len(s.req.Prompt) {
+			continue // mid-prompt: nothing to sample yet
 		}
-		return
+		row, d := t.logits[i*t.V:(i+1)*t.V], &t.e.draws[i]
+		d.r, d.err = s.smp.Sample(row, s.history)
+		if d.err == nil && s.req.Logprobs {
+			d.logprob, d.top = sampler.Logprobs(row, d.r.Token, s.req.TopLogprobs)
+		}
 	}
-	var wg sync.WaitGroup
-	for k := 1; k < g; k++ {
-		wg.Go(func() {
-			for i := k; i < n; i += g {
-				f(i)
-			}
-		})
+}
+
+// pool is the worker pool the model runs on, which sampling shares.
+func (e *Engine) pool() *parallel.Pool {
+	if e.lm.Pool != nil {
+		return e.lm.Pool
 	}
-	for i := 0; i < n; i += g {
-		f(i)
-	}
-	wg.Wait()
+	return parallel.Default()
 }
 
 // sampleNext applies a row's draw to its stream: it records the token,
@@ -662,43 +484,4 @@ func (e *Engine) end(s *Stream, reason string, err error) {
 		e.finished.Add(1)
 	}
 	s.push(Event{Done: true, Finish: reason, Err: err, Usage: s.usage})
-}
-
-// rawLogprobs returns the log-probability of token under softmax(row) and
-// the k most likely tokens (higher logit first, lower id on ties), computed
-// in float64 so that the normaliser neither overflows nor loses the tail.
-func rawLogprobs(row []float32, token, k int) (float32, []sampler.TokenProb) {
-	m := math.Inf(-1)
-	for _, v := range row {
-		m = max(m, float64(v))
-	}
-	var z float64
-	for _, v := range row {
-		z += math.Exp(float64(v) - m)
-	}
-	logZ := m + math.Log(z)
-	lp := func(id int) float32 { return float32(float64(row[id]) - logZ) }
-	if k == 0 {
-		return lp(token), nil
-	}
-	top := make([]int, 0, k)
-	for id, v := range row {
-		if len(top) == k && v <= row[top[k-1]] {
-			continue // ties keep the lower id already listed
-		}
-		if len(top) < k {
-			top = append(top, id)
-		} else {
-			top[k-1] = id
-		}
-		for j := len(top) - 1; j > 0 && row[top[j]] > row[top[j-1]]; j-- {
-			top[j], top[j-1] = top[j-1], top[j]
-		}
-	}
-	out := make([]sampler.TokenProb, len(top))
-	for i, id := range top {
-		l := lp(id)
-		out[i] = sampler.TokenProb{Token: id, Logprob: l, Prob: float32(math.Exp(float64(l)))}
-	}
-	return lp(token), out
 }
