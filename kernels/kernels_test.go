@@ -90,7 +90,7 @@ func TestMatMulAgainstDefinition(t *testing.T) {
 					deq[o*tc.in+r] = float32(v) * sc[(r/blk)*tc.out+o]
 				}
 			}
-			m = Mat{Type: tc.dt, Out: tc.out, In: tc.in, Data: q, InOut: tc.inOut, Scales: sc, Shards: tc.shards}
+			m = Mat{Type: tc.dt, Out: tc.out, In: tc.in, Data: q, Transposed: tc.inOut, Scales: sc, Shards: tc.shards}
 		} else {
 			stored := w
 			rowLen := tc.in
@@ -112,7 +112,7 @@ func TestMatMulAgainstDefinition(t *testing.T) {
 				dq = transpose(dq, tc.in, tc.out)
 			}
 			deq = dq
-			m = Mat{Type: tc.dt, Out: tc.out, In: tc.in, Data: data, InOut: tc.inOut}
+			m = Mat{Type: tc.dt, Out: tc.out, In: tc.in, Data: data, Transposed: tc.inOut}
 		}
 		if err := m.Validate(); err != nil {
 			t.Fatalf("%+v: %v", tc, err)

@@ -19,8 +19,8 @@ import (
 // Mat is a weight matrix W of Out×In (y = W·x) as stored in a model file.
 //
 // Data holds Out rows of In elements (the ggml/PyTorch [out, in] layout), or,
-// with InOut set, In rows of Out elements (Haiku's [in, out] `w`, used by
-// xAI's checkpoint). For I8 (QuantizedWeight8bit) Scales holds Shards×Out
+// with Transposed set (as in tensor.Tensor), In rows of Out elements
+// (Haiku's [in, out] `w`, used by xAI's checkpoint). For I8 (QuantizedWeight8bit) Scales holds Shards×Out
 // per-output-column scales: the In axis is split into Shards equal parts and
 // part s uses row s of the scales (semantics §2, row-parallel layers). In
 // the [in, out] layout the sum over In runs in row blocks (Blocks).
@@ -37,12 +37,12 @@ import (
 // what model.py's bf16 activations carry (2^-9). F32, F16, BF16 and
 // [in, out] I8 weights always multiply float32 activations.
 type Mat struct {
-	Type    tensor.DType
-	Out, In int
-	Data    []byte
-	InOut   bool
-	Scales  []float32
-	Shards  int
+	Type       tensor.DType
+	Out, In    int
+	Data       []byte
+	Transposed bool
+	Scales     []float32
+	Shards     int
 }
 
 // ExactQuant makes Q8_0 and [out, in] I8 products use float32 activations
@@ -61,7 +61,7 @@ func (m *Mat) Validate() error {
 		return fmt.Errorf("kernels: matrix %d×%d has no elements", m.Out, m.In)
 	}
 	rows, cols := m.Out, m.In
-	if m.InOut {
+	if m.Transposed {
 		rows, cols = m.In, m.Out
 	}
 	rb, err := m.Type.RowBytes(cols)
@@ -71,7 +71,7 @@ func (m *Mat) Validate() error {
 	if len(m.Data) != rows*rb {
 		return fmt.Errorf("kernels: %v matrix %d×%d needs %d bytes, have %d", m.Type, m.Out, m.In, rows*rb, len(m.Data))
 	}
-	if m.InOut && m.Type != tensor.F32 && m.Type != tensor.F16 && m.Type != tensor.BF16 && m.Type != tensor.I8 {
+	if m.Transposed && m.Type != tensor.F32 && m.Type != tensor.F16 && m.Type != tensor.BF16 && m.Type != tensor.I8 {
 		return fmt.Errorf("kernels: %v blocks must run along the input axis", m.Type)
 	}
 	if m.Type == tensor.I8 {
@@ -105,7 +105,7 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 	if lo < 0 || hi > m.Out || len(x) < n*m.In || len(dst) < n*m.Out {
 		panic(fmt.Sprintf("kernels: MatMulRows(%d×%d, n=%d, [%d,%d)) with len(x)=%d, len(dst)=%d", m.Out, m.In, n, lo, hi, len(x), len(dst)))
 	}
-	quant := !ExactQuant && !m.InOut && (m.Type == tensor.Q8_0 || m.Type == tensor.I8)
+	quant := !ExactQuant && !m.Transposed && (m.Type == tensor.Q8_0 || m.Type == tensor.I8)
 	ks := active
 	switch {
 	case ks == nil && quant:
@@ -114,7 +114,7 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 		matMulRef(dst, x, n, m, lo, hi)
 	case !hasDotKernels(m.Type):
 		ks.dequantMatMul(dst, x, n, m, lo, hi)
-	case m.InOut:
+	case m.Transposed:
 		ks.inoutMatMul(dst, x, n, m, lo, hi)
 	case quant:
 		ks.intMatMul(dst, x, n, m, lo, hi)
@@ -145,7 +145,7 @@ const BlockRows = 256
 // Blocks is the number of row blocks of an I8 [in, out] matrix, else 0
 // (use MatMulRows).
 func (m *Mat) Blocks() int {
-	if !m.InOut || m.Type != tensor.I8 {
+	if !m.Transposed || m.Type != tensor.I8 {
 		return 0
 	}
 	return m.Shards * m.shardBlocks()
@@ -182,7 +182,7 @@ func MatMulBlock(part, x []float32, n int, m *Mat, b int) {
 	k0, k1 := m.blockRange(b)
 	rows := k1 - k0
 	// Unscaled: accumulated straight into part, as an F32 product is.
-	sub := Mat{Type: tensor.I8, Out: m.Out, In: rows, InOut: true, Shards: 1,
+	sub := Mat{Type: tensor.I8, Out: m.Out, In: rows, Transposed: true, Shards: 1,
 		Data: m.Data[k0*m.Out : k1*m.Out]}
 	xs := x[k0:k1]
 	if n > 1 {
@@ -237,7 +237,7 @@ func addScaled(d, sc, a []float32) {
 // key and value memory.
 func F32Mat(data []float32, out, in int, inOut bool) Mat {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 4*len(data))
-	return Mat{Type: tensor.F32, Out: out, In: in, Data: b, InOut: inOut}
+	return Mat{Type: tensor.F32, Out: out, In: in, Data: b, Transposed: inOut}
 }
 
 // EmbeddingRow decodes row r of an [rows, cols] matrix of type t into dst.

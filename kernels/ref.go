@@ -47,7 +47,7 @@ func rowF32(buf []float32, t tensor.DType, b []byte) []float32 {
 // matMulRef is MatMulRows with float32 activations: each weight row is
 // decoded to float32 and dotted with every input.
 func matMulRef(dst, x []float32, n int, m *Mat, lo, hi int) {
-	if m.InOut {
+	if m.Transposed {
 		matMulInOutRef(dst, x, n, m, lo, hi)
 		return
 	}

@@ -56,7 +56,7 @@ func newTestMat(rng *rand.Rand, dt tensor.DType, inOut bool, out, in, shards, of
 				deq[o*in+r] = float64(v) * float64(sc[(r/blk)*out+o])
 			}
 		}
-		return testMat{Mat{Type: dt, Out: out, In: in, Data: q, InOut: inOut, Scales: sc, Shards: shards}, deq}
+		return testMat{Mat{Type: dt, Out: out, In: in, Data: q, Transposed: inOut, Scales: sc, Shards: shards}, deq}
 	}
 	rows, cols := out, in
 	if inOut {
@@ -85,7 +85,7 @@ func newTestMat(rng *rand.Rand, dt tensor.DType, inOut bool, out, in, shards, of
 			}
 		}
 	}
-	return testMat{Mat{Type: dt, Out: out, In: in, Data: data, InOut: inOut}, deq}
+	return testMat{Mat{Type: dt, Out: out, In: in, Data: data, Transposed: inOut}, deq}
 }
 
 // randInputs returns n×In activations starting one float into their
@@ -114,7 +114,7 @@ func checkDefinition(t *testing.T, tm testMat, x, got []float32, n int) {
 			}
 			tol := float64(m.In+2)*0x1p-24*abs + 0x1p-24*math.Abs(s)
 			if d := math.Abs(float64(got[i*m.Out+o]) - s); !(d <= tol) {
-				t.Fatalf("%v %dx%d inOut=%v n=%d: y[%d][%d] = %g, want %g ± %g", m.Type, m.Out, m.In, m.InOut, n, i, o, got[i*m.Out+o], s, tol)
+				t.Fatalf("%v %dx%d inOut=%v n=%d: y[%d][%d] = %g, want %g ± %g", m.Type, m.Out, m.In, m.Transposed, n, i, o, got[i*m.Out+o], s, tol)
 			}
 		}
 	}
@@ -132,7 +132,7 @@ func checkSplits(t *testing.T, rng *rand.Rand, m *Mat, x, want []float32, n int)
 	}
 	for i := range want {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%v %dx%d inOut=%v n=%d: split product differs at %d: %g vs %g", m.Type, m.Out, m.In, m.InOut, n, i, got[i], want[i])
+			t.Fatalf("%v %dx%d inOut=%v n=%d: split product differs at %d: %g vs %g", m.Type, m.Out, m.In, m.Transposed, n, i, got[i], want[i])
 		}
 	}
 }

@@ -46,7 +46,7 @@ func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 	if lm.Embed, err = loadLinear(src, "token_embd.weight", V, D); err != nil {
 		return nil, err
 	}
-	if lm.Embed.W.InOut || lm.Embed.W.Type == tensor.I8 {
+	if lm.Embed.W.Transposed || lm.Embed.W.Type == tensor.I8 {
 		return nil, fmt.Errorf("model: token_embd.weight must be a plain [vocab, emb] matrix")
 	}
 	lm.Unembed = lm.Embed

@@ -66,7 +66,7 @@ func newLinears(t *tensor.Tensor, count, out, in int) ([]Linear, error) {
 	per := len(t.Data) / count
 	ls := make([]Linear, count)
 	for e := range ls {
-		m := kernels.Mat{Type: t.Type, Out: out, In: in, Data: t.Data[e*per : (e+1)*per], InOut: t.Transposed}
+		m := kernels.Mat{Type: t.Type, Out: out, In: in, Data: t.Data[e*per : (e+1)*per], Transposed: t.Transposed}
 		if shards > 0 {
 			m.Shards = shards
 			m.Scales = scales[e*shards*out : (e+1)*shards*out]

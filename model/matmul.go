@@ -100,7 +100,7 @@ func (ws *workspace) matmul(x []float32, n int, scale float32, mats []*Linear, d
 		blocked = blocked && ws.blocked(&l.W, n)
 	}
 	t.offs[t.m] = off
-	align := ws.align(mats[0].W.InOut, n, off)
+	align := ws.align(mats[0].W.Transposed, n, off)
 	if blocked {
 		// Block partials first, then the loop over outputs combines them.
 		bt := &ws.blockJob

@@ -144,7 +144,7 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, F int, ws *work
 	}
 	up := &ws.upJob
 	*up = expertUpTask{m: m, parts: parts}
-	align := ws.align(m.Linear[0].W.InOut, rows, off)
+	align := ws.align(m.Linear[0].W.Transposed, rows, off)
 	if ws.blocked(&m.Linear[0].W, rows) {
 		// Decoding an xAI checkpoint: linear and linear_v by row blocks,
 		// combined (and the gelu product taken) in the loop over F.
