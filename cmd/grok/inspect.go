@@ -3,25 +3,40 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/grok-go/grok/internal/sysmem"
+	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/model"
 )
 
 func init() {
 	register(command{
 		name:    "inspect",
-		usage:   "-m MODEL [--check]",
-		summary: "print a model's config and tensor table; --check scans every weight for NaN/Inf",
+		usage:   "-m MODEL [-c N] [--parallel N] [--check]",
+		summary: "print a model's config, tensor table, type mix, files and the memory a run needs; --check scans every weight for NaN/Inf",
 		run:     runInspect,
 	})
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("inspect", "-m MODEL [--check]", stderr)
+	fs := newFlagSet("inspect", "-m MODEL [-c N] [--parallel N] [--check]", stderr)
 	mf := addModelFlags(fs)
 	check := fs.Bool("check", false, "scan every tensor for NaN and infinities (reads the whole model); exit 1 if any has one")
+	ctxLen := fs.Int("c", 0, "context per slot for the memory estimate (0 = the model's, capped to what fits in memory as run and serve do)")
+	slots := fs.Int("parallel", 1, "slots (sequences decoded together) for the memory estimate")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
+	}
+	if *slots < 1 {
+		return usagef("--parallel must be at least 1")
+	}
+	if *ctxLen < 0 {
+		return usagef("-c must not be negative")
 	}
 	m, err := mf.open(stderr)
 	if err != nil {
@@ -53,6 +68,11 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 		total += t.Bytes
 	}
 	fmt.Fprintf(w, "\n%d tensors, %.1f MB\n", len(m.Tensors()), float64(total)/1e6)
+	writeTypeMix(w, m.Tensors(), total)
+	writeFiles(w, m)
+	if err := writeMemory(w, m, total, *ctxLen, *slots); err != nil {
+		return err
+	}
 	if err := w.Flush(); err != nil || !*check {
 		return err
 	}
@@ -66,5 +86,114 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d of %d tensors hold NaN or infinite values", len(bad), n)
 	}
 	fmt.Fprintf(stdout, "check: every value of the %d tensors is finite\n", n)
+	return nil
+}
+
+// writeTypeMix prints, per tensor type, how many tensors and bytes the
+// model holds, largest share first: what a quantisation actually kept.
+func writeTypeMix(w io.Writer, ts []loader.TensorDesc, total int64) {
+	type mix struct {
+		typ   string
+		n     int
+		bytes int64
+	}
+	var ms []mix
+	for _, t := range ts {
+		i := slices.IndexFunc(ms, func(m mix) bool { return m.typ == t.Type })
+		if i < 0 {
+			ms = append(ms, mix{typ: t.Type})
+			i = len(ms) - 1
+		}
+		ms[i].n++
+		ms[i].bytes += t.Bytes
+	}
+	slices.SortStableFunc(ms, func(a, b mix) int {
+		if a.bytes != b.bytes {
+			return compareInt64(b.bytes, a.bytes)
+		}
+		return strings.Compare(a.typ, b.typ)
+	})
+	fmt.Fprintln(w, "\ntype mix\ttensors\tbytes\tshare")
+	for _, m := range ms {
+		share := 0.0
+		if total > 0 {
+			share = 100 * float64(m.bytes) / float64(total)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.1f %%\n", m.typ, m.n, m.bytes, share)
+	}
+}
+
+func compareInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// writeFiles lists the gguf-split shards or byte parts a GGUF model was
+// opened from, and the heap bytes of tensors that straddle two parts (the
+// only weights not served straight from the mapping).
+func writeFiles(w io.Writer, m *loader.Model) {
+	if m.GGUF == nil {
+		return
+	}
+	kind, paths := "gguf-split shards", m.GGUF.Shards()
+	if len(paths) == 0 {
+		kind, paths = "byte parts", m.GGUF.Parts()
+	}
+	if len(paths) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nfiles\t%d %s\n", len(paths), kind)
+	for _, p := range paths {
+		size := "?"
+		if st, err := os.Stat(p); err == nil {
+			size = fmt.Sprint(st.Size())
+		}
+		fmt.Fprintf(w, "  %s\t%s bytes\n", filepath.Base(p), size)
+	}
+	if len(m.GGUF.Parts()) > 0 {
+		fmt.Fprintf(w, "straddling tensors\t%d bytes copied to the heap (tensors cut between two parts)\n", m.GGUF.AssembledBytes())
+	}
+}
+
+// writeMemory prints what a run of the model needs: the weights (mapped
+// from the file, plus any straddling tensors on the heap) and the KV memory
+// of slots × context rows, with the context chosen as runner.New does when
+// none is given.
+func writeMemory(w io.Writer, m *loader.Model, weights int64, ctx, slots int) error {
+	c := &m.Config
+	note := ""
+	if ctx > c.SequenceLen {
+		return fmt.Errorf("context %d exceeds the model's sequence_len %d", ctx, c.SequenceLen)
+	}
+	if ctx == 0 {
+		ctx = c.SequenceLen
+		if avail, ok := sysmem.Available(); ok {
+			// As runner.New: the KV memory may take half of what is free.
+			if fit := model.MaxKVContext(c, slots, float64(avail)/2); fit < ctx {
+				ctx = fit
+				note = fmt.Sprintf(" (capped from sequence_len %d to fit half of the %.1f MB available)", c.SequenceLen, float64(avail)/1e6)
+			}
+		}
+		if ctx < 1 {
+			return fmt.Errorf("not even one row of KV memory for %d slots fits in half of the available memory", slots)
+		}
+	}
+	kv := model.KVMemoryBytes(c, slots, ctx)
+	heap := int64(0)
+	if m.GGUF != nil {
+		heap = m.GGUF.AssembledBytes()
+	}
+	fmt.Fprintf(w, "\nmemory\tcontext %d%s, parallel %d\n", ctx, note, slots)
+	fmt.Fprintf(w, "  weights (mapped)\t%d bytes\t%.1f MB\n", weights-heap, float64(weights-heap)/1e6)
+	if heap > 0 {
+		fmt.Fprintf(w, "  weights (heap)\t%d bytes\t%.1f MB\n", heap, float64(heap)/1e6)
+	}
+	fmt.Fprintf(w, "  KV memory\t%.0f bytes\t%.1f MB\n", kv, kv/1e6)
+	fmt.Fprintf(w, "  total\t%.0f bytes\t%.1f MB (plus the forward pass's workspace)\n", float64(weights)+kv, (float64(weights)+kv)/1e6)
 	return nil
 }
