@@ -26,15 +26,6 @@ func inspectLine(t *testing.T, out, label string) []string {
 }
 
 func TestInspectTypeMixFilesMemory(t *testing.T) {
-	tinyCfg := func(t *testing.T) model.Config {
-		m, err := loader.Open(tiny, loader.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		return m.Config
-	}(t)
-
 	// Byte parts of grok-tiny cut inside tensors.
 	data, err := os.ReadFile(tiny)
 	if err != nil {
@@ -64,6 +55,8 @@ func TestInspectTypeMixFilesMemory(t *testing.T) {
 			mix: []string{"F32 26"}, files: "3 byte parts", heap: true, ctx: 256, slots: 1},
 		{name: "q8_0 parallel", path: "../../testdata/grok-tiny/grok-tiny-q8_0.gguf", args: []string{"--parallel", "4", "-c", "100"},
 			mix: []string{"Q8_0 15", "F32 11"}, ctx: 100, slots: 4},
+		{name: "k256 Q4_K_M", path: "../../testdata/grok-k256/grok-k256-Q4_K_M.gguf", args: []string{"--parallel", "2"},
+			mix: []string{"Q4_K 5", "Q6_K 3", "F32 6"}, ctx: 256, slots: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, e, code := grok(t, append([]string{"inspect", "-m", tc.path}, tc.args...)...)
@@ -130,7 +123,7 @@ func TestInspectTypeMixFilesMemory(t *testing.T) {
 			if got := inspectLine(t, o, "weights (mapped)")[0]; got != fmt.Sprint(total-heap) {
 				t.Errorf("mapped weights %s, want %d", got, total-heap)
 			}
-			kv := model.KVMemoryBytes(&tinyCfg, tc.slots, tc.ctx)
+			kv := model.KVMemoryBytes(&m.Config, tc.slots, tc.ctx)
 			if got := inspectLine(t, o, "KV memory")[0]; got != fmt.Sprintf("%.0f", kv) {
 				t.Errorf("KV memory %s, want %.0f", got, kv)
 			}
