@@ -79,7 +79,7 @@ func TestK256Source(t *testing.T) {
 
 // TestK256QuantGolden: for each llama.cpp quantisation, the engine's logits
 // agree with the float64 reference pass over the same file's dequantised
-// weights (max |Δ| ≤ 1e-3, every argmax), and they are bit-identical to the
+// weights (max |Δ| ≤ 1e-4, every argmax), and they are bit-identical to the
 // engine's logits for an F32 model holding those dequantised weights: the
 // quantised matmuls are the F32 kernels on decoded tiles, nothing else.
 func TestK256QuantGolden(t *testing.T) {
@@ -134,8 +134,10 @@ func checkQuantGolden(t *testing.T, path, deqSHA string, f32 *model.LanguageMode
 			t.Fatal(err)
 		}
 		d, agree := testmodel.Compare64(got, ref, m.Config.VocabSize)
-		if d > 1e-3 || agree != 1 {
-			t.Errorf("%s: engine vs ref64 max |Δ| = %.3g (want ≤ 1e-3), argmax agreement %.3f", name, d, agree)
+		// fp32 rounding measures ≤ 6.5e-6 here; 1e-4 still catches the
+		// smallest real mistake on this model (erf for tanh gelu: 6.5e-4).
+		if d > 1e-4 || agree != 1 {
+			t.Errorf("%s: engine vs ref64 max |Δ| = %.3g (want ≤ 1e-4), argmax agreement %.3f", name, d, agree)
 		}
 		t.Logf("%s: engine vs ref64 max |Δ| = %.3g, argmax %.0f %%", name, d, 100*agree)
 		want, err := testmodel.FullLogits(lm32, toks)
