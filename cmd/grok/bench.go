@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -70,7 +71,13 @@ type benchResult struct {
 	// (seen on these VMs for a file fresh from a writer; a copy was fast).
 	WeightsReadGBs float64 `json:"weights_read_gb_s,omitempty"`
 	BandwidthMB    int     `json:"bandwidth_buffer_mb"`
-	RooflineRatio  float64 `json:"roofline_ratio"` // achieved / bandwidth
+	// The probe's loops (bandwidth.go): the read loops whose better best
+	// pass is BandwidthGBs, and copy and triad in STREAM's byte counts.
+	ReadWideGBs   float64 `json:"read_wide_gb_s"`
+	ReadScalarGBs float64 `json:"read_scalar_gb_s"`
+	CopyGBs       float64 `json:"copy_gb_s"`
+	TriadGBs      float64 `json:"triad_gb_s"`
+	RooflineRatio float64 `json:"roofline_ratio"` // achieved / bandwidth
 	// PairedRatio is the median over reps of each rep's decode GB/s over
 	// the best read pass next to it: steadier than RooflineRatio when other
 	// processes load the machine unevenly.
@@ -91,7 +98,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	reps := fs.Int("r", 5, "repetitions; speeds are their median")
 	batch := fs.Int("b", 1, "sequences prefilled and decoded together (continuous batching's steps); tok/s are then aggregates")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
-	bwMB := fs.Int("bw-mb", 300, "size of the buffer the read bandwidth is measured on, in MB (far above the last-level cache)")
+	bwMB := fs.Int("bw-mb", 1024, "size of the buffer the memory bandwidth is measured on, in MiB (far above the last-level cache)")
 	seed := fs.Uint64("seed", 1, "random seed of the prompt tokens")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to this file (no paired roofline ratio then)")
 	makeModel := fs.String("make-model", "", "same as `grok make-model PATH` (with --type, --config and --seed)")
@@ -277,7 +284,12 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	if o.cpuProfile != "" {
 		meter.best(2)
 	}
+	meter.crossCheck(2)
+	if meter.broken {
+		return errors.New("bench: the bandwidth probe's sums came out wrong (a lost range in the pool)")
+	}
 	res.BandwidthGBs = meter.bestGBs
+	res.ReadWideGBs, res.ReadScalarGBs, res.CopyGBs, res.TriadGBs = meter.wideGBs, meter.scalarGBs, meter.copyGBs, meter.triadGBs
 	meter.free()
 	if o.mapped {
 		res.WeightsReadGBs = weightsReadGBs(pool, m.GGUF)
@@ -341,13 +353,18 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 	if r.Batch > 1 {
 		fmt.Fprintf(w, "roofline  not computed for a batch (its tokens share weights, and route to more experts); read bandwidth %.2f GB/s\n", r.BandwidthGBs)
 	} else {
-		fmt.Fprintf(w, "roofline  %.2f GB/s achieved / %.2f GB/s read bandwidth (best pass over a %d MB buffer, %d threads) = %.2f",
+		fmt.Fprintf(w, "roofline  %.2f GB/s achieved / %.2f GB/s read bandwidth (best pass over a %d MiB buffer, %d threads) = %.2f",
 			r.AchievedGBs, r.BandwidthGBs, r.BandwidthMB, r.Threads, r.RooflineRatio)
 		if r.PairedRatio > 0 {
 			fmt.Fprintf(w, "; paired with the passes beside each run: %.2f", r.PairedRatio)
 		}
 		fmt.Fprintln(w)
+		if r.RooflineRatio > 1 {
+			fmt.Fprintf(w, "warning   decode read weights faster than the probe read its buffer: the probe under-reads this machine\n")
+		}
 	}
+	fmt.Fprintf(w, "memory    read %.2f GB/s wide (%d streams a thread), %.2f scalar; copy %.2f, triad %.2f GB/s (STREAM's byte counts)\n",
+		r.ReadWideGBs, readStreams, r.ReadScalarGBs, r.CopyGBs, r.TriadGBs)
 	if r.WeightsReadGBs > 0 {
 		fmt.Fprintf(w, "weights   the same read loop over the mapped tensors: %.2f GB/s (%.2f of the buffer's)\n", r.WeightsReadGBs, r.WeightsReadGBs/r.BandwidthGBs)
 		// Only weights far beyond the caches measure the memory; small
@@ -432,87 +449,4 @@ func cpuName() string {
 		}
 	}
 	return ""
-}
-
-// readMeter measures the streaming read bandwidth of the pool's threads:
-// each pass sums a buffer far larger than the last-level cache, as a decode
-// step streams its weights. The buffer is filled once, so that its pages
-// exist before the first timed pass.
-type readMeter struct {
-	pool    *parallel.Pool
-	t       readTask
-	passes  uint64
-	bestGBs float64 // the best pass so far
-}
-
-func newReadMeter(pool *parallel.Pool, bytes int) *readMeter {
-	m := &readMeter{pool: pool}
-	m.t.buf = make([]uint64, bytes/8)
-	m.t.sums = make([]uint64, 8*pool.Threads())
-	for i := range m.t.buf {
-		m.t.buf[i] = uint64(i)
-	}
-	return m
-}
-
-// best runs passes passes and returns the best one's GB/s (0 if the sums
-// came out wrong, which would mean the pool lost a range).
-func (m *readMeter) best(passes int) float64 {
-	if m.t.buf == nil {
-		return 0
-	}
-	best := time.Duration(1<<63 - 1)
-	for range passes {
-		t0 := time.Now()
-		m.pool.Run(len(m.t.buf), 1024, &m.t)
-		best = min(best, time.Since(t0))
-	}
-	m.passes += uint64(passes)
-	var sum uint64
-	for _, s := range m.t.sums {
-		sum += s
-	}
-	n := uint64(len(m.t.buf))
-	if sum != n*(n-1)/2*m.passes {
-		return 0
-	}
-	gbs := float64(n*8) / best.Seconds() / 1e9
-	m.bestGBs = max(m.bestGBs, gbs)
-	return gbs
-}
-
-// free returns the buffer's memory to the operating system, so that the
-// resident size measured next is the model's.
-func (m *readMeter) free() {
-	if m.t.buf != nil {
-		m.t = readTask{}
-		debug.FreeOSMemory()
-	}
-}
-
-// readTask sums a buffer on the pool.
-type readTask struct {
-	buf  []uint64
-	sums []uint64 // per worker, 8 apart so that workers never share a cache line
-}
-
-func (r *readTask) Run(worker, lo, hi int) {
-	b := r.buf[lo:hi]
-	b = b[:len(b)&^7]
-	// Eight independent sums keep eight loads in flight per iteration, so
-	// the loop is bound by memory, not by the adds: one core reads 27-30
-	// GB/s with it here, as much as with an AVX-512 loop (kernels.Dot).
-	var s0, s1, s2, s3, s4, s5, s6, s7 uint64
-	for i := 0; i < len(b); i += 8 {
-		x := b[i : i+8 : i+8]
-		s0 += x[0]
-		s1 += x[1]
-		s2 += x[2]
-		s3 += x[3]
-		s4 += x[4]
-		s5 += x[5]
-		s6 += x[6]
-		s7 += x[7]
-	}
-	r.sums[worker*8] += s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7
 }

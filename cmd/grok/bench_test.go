@@ -10,6 +10,7 @@ import (
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/internal/testmodel"
 	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/parallel"
 )
 
 func benchJSON(t *testing.T, args ...string) benchResult {
@@ -164,5 +165,29 @@ func TestBenchErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(e, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, e, tc.code, tc.want)
 		}
+	}
+}
+
+// The bandwidth probe's loops read every element once per pass (their sums
+// are checked), and copy and triad leave the buffer readable again.
+func TestReadMeter(t *testing.T) {
+	for _, threads := range []int{1, 3} {
+		pool := parallel.New(threads)
+		m := newReadMeter(pool, 3<<20+12345)
+		if g := m.best(2); g <= 0 || m.broken {
+			t.Fatalf("%d threads: best = %g, broken %v", threads, g, m.broken)
+		}
+		m.crossCheck(1)
+		if m.copyGBs <= 0 || m.triadGBs <= 0 {
+			t.Errorf("copy %g, triad %g GB/s", m.copyGBs, m.triadGBs)
+		}
+		if g := m.best(1); g <= 0 || m.broken {
+			t.Errorf("%d threads: after copy and triad the read sums are wrong", threads)
+		}
+		if m.bestGBs != max(m.wideGBs, m.scalarGBs) {
+			t.Errorf("best %g is not the better loop's (%g, %g)", m.bestGBs, m.wideGBs, m.scalarGBs)
+		}
+		m.free()
+		pool.Close()
 	}
 }
