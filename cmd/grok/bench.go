@@ -104,6 +104,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	makeModel := fs.String("make-model", "", "same as `grok make-model PATH` (with --type, --config and --seed)")
 	typ := fs.String("type", "f16", "with --make-model: weight type")
 	config := fs.String("config", "medium", "with --make-model: the model's configuration")
+	layers := fs.Int("layers", 0, "with --make-model: decoder layers (0 = the configuration's)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -112,7 +113,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return usagef("unexpected argument %q", pos[0])
 	}
 	if *makeModel != "" {
-		return writeBenchModel(*makeModel, *config, *typ, *seed, stderr)
+		return writeBenchModel(*makeModel, *config, *typ, *layers, *seed, stderr)
 	}
 	if *p < 1 || *n < 1 || *reps < 1 || *bwMB < 1 || *threads < 0 || *batch < 1 {
 		return usagef("-p, -n, -r, -b and --bw-mb must be positive and -t not negative")

@@ -191,3 +191,24 @@ func TestReadMeter(t *testing.T) {
 		pool.Close()
 	}
 }
+
+// --layers overrides the configuration's layer count.
+func TestMakeModelLayers(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "m.gguf")
+	if _, e, code := grok(t, "make-model", p, "--config", "tiny", "--layers", "3", "--type", "f32"); code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	m, err := loader.Open(p, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	want := benchConfigs["tiny"]
+	want.NumLayers = 3
+	if m.Config != want {
+		t.Errorf("config %+v, want %+v", m.Config, want)
+	}
+	if _, e, code := grok(t, "make-model", p, "--layers", "-1"); code != 2 || !strings.Contains(e, "--layers") {
+		t.Errorf("--layers -1: exit %d, %q", code, e)
+	}
+}

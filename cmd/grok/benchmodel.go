@@ -23,12 +23,13 @@ func init() {
 	})
 }
 
-const makeModelUsage = "PATH [--config medium|tiny] [--type f32|f16|q8_0] [--seed 1]"
+const makeModelUsage = "PATH [--config medium|grok-1|tiny] [--layers N] [--type f32|f16|q8_0] [--seed 1]"
 
 func runMakeModel(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("make-model", makeModelUsage, stderr)
 	typ := fs.String("type", "f16", "weight type of the matrices: f32, f16 or q8_0")
-	config := fs.String("config", "medium", "medium (the reference figures' model) or tiny")
+	config := fs.String("config", "medium", "medium (the reference figures' model), grok-1 (the real shapes) or tiny")
+	layers := fs.Int("layers", 0, "decoder layers (0 = the configuration's; grok-1 has 64)")
 	seed := fs.Uint64("seed", 1, "random seed of the weights")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -37,17 +38,20 @@ func runMakeModel(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return usagef("want one output PATH")
 	}
-	return writeBenchModel(pos[0], *config, *typ, *seed, stderr)
+	if *layers < 0 {
+		return usagef("--layers must not be negative")
+	}
+	return writeBenchModel(pos[0], *config, *typ, *layers, *seed, stderr)
 }
 
 // writeBenchModel is make-model's work, shared with bench --make-model.
-func writeBenchModel(path, config, typ string, seed uint64, stderr io.Writer) error {
+func writeBenchModel(path, config, typ string, layers int, seed uint64, stderr io.Writer) error {
 	dt, err := parseBenchType(typ)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	if err := makeBenchModel(path, config, dt, seed); err != nil {
+	if err := makeBenchModel(path, config, dt, layers, seed); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s (%s, %s) in %v\n", path, config, dt, time.Since(start).Round(time.Millisecond))
@@ -61,6 +65,15 @@ var benchConfigs = map[string]model.Config{
 	"medium": {
 		VocabSize: 32768, EmbSize: 1536, KeySize: 128, NumQHeads: 12, NumKVHeads: 2, NumLayers: 4,
 		FFNSize: 4096, NumExperts: 8, NumSelectedExperts: 2, SequenceLen: 4096,
+		AttnOutputMultiplier: 0.08838834764831845, EmbeddingMultiplierScale: 78.38367176906169,
+		OutputMultiplierScale: 0.5773502691896257, AttnLogitCap: 30,
+		PadToken: 0, EOSToken: 2, RopeBase: 10000, RMSEps: 1e-5,
+	},
+	// One file of real Grok-1 shapes; --layers 1 makes the one-layer model
+	// whose prefill and decode the speed issue measures (11.5 GB in F16).
+	"grok-1": {
+		VocabSize: 131072, EmbSize: 6144, KeySize: 128, NumQHeads: 48, NumKVHeads: 8, NumLayers: 64,
+		FFNSize: 32768, NumExperts: 8, NumSelectedExperts: 2, SequenceLen: 8192,
 		AttnOutputMultiplier: 0.08838834764831845, EmbeddingMultiplierScale: 78.38367176906169,
 		OutputMultiplierScale: 0.5773502691896257, AttnLogitCap: 30,
 		PadToken: 0, EOSToken: 2, RopeBase: 10000, RMSEps: 1e-5,
@@ -88,10 +101,13 @@ var fileTypes = map[tensor.DType]uint32{tensor.F32: 0, tensor.F16: 1, tensor.Q8_
 // name and seed, so the F32, F16 and Q8_0 files of one seed hold the same
 // model at three precisions. Tensors are generated row by row while the file
 // is written, so memory use stays at one row.
-func makeBenchModel(path, config string, dt tensor.DType, seed uint64) error {
+func makeBenchModel(path, config string, dt tensor.DType, layers int, seed uint64) error {
 	c, ok := benchConfigs[config]
 	if !ok {
-		return usagef("unknown --config %q (medium or tiny)", config)
+		return usagef("unknown --config %q (medium, grok-1 or tiny)", config)
+	}
+	if layers > 0 {
+		c.NumLayers = layers
 	}
 	ft, ok := fileTypes[dt]
 	if !ok {
