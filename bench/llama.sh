@@ -7,6 +7,8 @@
 # bench/run.sh, made there if missing — never commit them).
 # Environment: ROUNDS (4), THREADS (2), TYPES ("f32 f16 q8_0"),
 # LLAMA_BENCH (a llama-bench binary; by default one is built in OUTDIR),
+# IK_LLAMA_BENCH (ik_llama.cpp's llama-bench, built by hand from
+# ikawrakow/ik_llama.cpp; when set it runs in every round beside llama.cpp),
 # DROP_CACHES=1 (as root: drop the page cache and read the files again before
 # the rounds; on a VM up for hours both engines decoded F32 a third slower from
 # the old cache, bench/README.md "The page cache ages").
@@ -70,7 +72,13 @@ for r in $(seq "$rounds"); do
 		pp=$(echo "$l" | grep '"n_prompt": 128' | num avg_ts)
 		tg=$(echo "$l" | grep '"n_gen": 32' | num avg_ts)
 		echo "$r $t llama $pp $tg -" >>"$runs"
-		tail -2 "$runs" >&2
+		if [ -n "${IK_LLAMA_BENCH:-}" ]; then
+			l=$("$IK_LLAMA_BENCH" -m "$m" -t "$threads" -p 128 -n 32 -r 3 -o jsonl 2>/dev/null)
+			pp=$(echo "$l" | grep '"n_prompt": 128' | num avg_ts)
+			tg=$(echo "$l" | grep '"n_gen": 32' | num avg_ts)
+			echo "$r $t ik $pp $tg -" >>"$runs"
+		fi
+		tail -3 "$runs" >&2
 	done
 done
 
@@ -84,3 +92,13 @@ for t in $types; do
 	ld=$(awk -v t=$t '$2 == t && $3 == "llama" {print $5}' "$runs" | med)
 	echo "$t $gp $lp $(echo "$gp $lp" | awk '{printf "%.2f", $1 / $2}') $gd $ld $(echo "$gd $ld" | awk '{printf "%.2f", $1 / $2}')"
 done
+if [ -n "${IK_LLAMA_BENCH:-}" ]; then
+	echo "type  grok_prefill ik_prefill ratio  grok_decode ik_decode ratio  (ik_llama.cpp, same rounds)"
+	for t in $types; do
+		gp=$(awk -v t=$t '$2 == t && $3 == "grok" {print $4}' "$runs" | med)
+		ip=$(awk -v t=$t '$2 == t && $3 == "ik" {print $4}' "$runs" | med)
+		gd=$(awk -v t=$t '$2 == t && $3 == "grok" {print $5}' "$runs" | med)
+		id=$(awk -v t=$t '$2 == t && $3 == "ik" {print $5}' "$runs" | med)
+		echo "$t $gp $ip $(echo "$gp $ip" | awk '{printf "%.2f", $1 / $2}') $gd $id $(echo "$gd $id" | awk '{printf "%.2f", $1 / $2}')"
+	done
+fi
