@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -52,11 +53,17 @@ type benchResult struct {
 	// left out.
 	Batch int `json:"batch"`
 
-	PrefillTokS  float64   `json:"prefill_tok_s"` // median of reps
-	DecodeTokS   float64   `json:"decode_tok_s"`  // median of reps
-	PrefillRuns  []float64 `json:"prefill_tok_s_runs"`
-	DecodeRuns   []float64 `json:"decode_tok_s_runs"`
-	DecodeAllocs float64   `json:"decode_allocs_per_token"`
+	PrefillTokS float64   `json:"prefill_tok_s"` // median of reps
+	DecodeTokS  float64   `json:"decode_tok_s"`  // median of reps
+	PrefillRuns []float64 `json:"prefill_tok_s_runs"`
+	// With -b > 1: one sequence decoded alone in each round, the batch's
+	// aggregate over it, and the ceiling routing puts on that ratio.
+	SingleTokS     float64   `json:"single_decode_tok_s,omitempty"`
+	SingleRuns     []float64 `json:"single_decode_tok_s_runs,omitempty"`
+	BatchSpeedup   float64   `json:"batch_speedup,omitempty"`
+	RoutingCeiling float64   `json:"routing_ceiling,omitempty"`
+	DecodeRuns     []float64 `json:"decode_tok_s_runs"`
+	DecodeAllocs   float64   `json:"decode_allocs_per_token"`
 
 	// Weight bytes read per decoded token: attention, router, the
 	// num_selected_experts experts each token actually runs, norms, one
@@ -207,14 +214,14 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		in[b] = model.Input{Slot: b, Tokens: prompt}
 		step[b] = model.Input{Slot: b, Tokens: []int{0}}
 	}
-	// run does one prefill and the decode steps, returning their times and
-	// the heap allocations of the decode steps.
-	run := func(steps int) (prefill, decode time.Duration, allocs uint64, err error) {
-		for b := 0; b < B; b++ {
+	// runN does one prefill and the decode steps of the first nb sequences,
+	// returning their times and the heap allocations of the decode steps.
+	runN := func(steps, nb int) (prefill, decode time.Duration, allocs uint64, err error) {
+		for b := 0; b < nb; b++ {
 			mem.Reset(b)
 		}
 		t0 := time.Now()
-		if _, err = lm.Forward(mem, in); err != nil {
+		if _, err = lm.Forward(mem, in[:nb]); err != nil {
 			return
 		}
 		prefill = time.Since(t0)
@@ -223,10 +230,10 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		mallocs := ms.Mallocs
 		t0 = time.Now()
 		for i := 0; i < steps; i++ {
-			for b := range step {
+			for b := range step[:nb] {
 				step[b].Tokens[0] = gen[b][i]
 			}
-			if _, err = lm.Forward(mem, step); err != nil {
+			if _, err = lm.Forward(mem, step[:nb]); err != nil {
 				return
 			}
 		}
@@ -234,6 +241,7 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		runtime.ReadMemStats(&ms)
 		return prefill, decode, ms.Mallocs - mallocs, nil
 	}
+	run := func(steps int) (time.Duration, time.Duration, uint64, error) { return runN(steps, B) }
 	// The read bandwidth is measured in passes between the timed runs, on
 	// the same threads: its best pass is the machine's roofline, and each
 	// run is also compared with the passes next to it, which cancels most
@@ -270,6 +278,14 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		allocs += a
 		res.PrefillRuns = append(res.PrefillRuns, float64(B*o.p)/pt.Seconds())
 		res.DecodeRuns = append(res.DecodeRuns, float64(B*o.n)/dt.Seconds())
+		if B > 1 {
+			// One sequence alone in the same round: what the batch is worth.
+			_, dt1, _, err := runN(o.n, 1)
+			if err != nil {
+				return err
+			}
+			res.SingleRuns = append(res.SingleRuns, float64(o.n)/dt1.Seconds())
+		}
 		if o.cpuProfile != "" || B > 1 {
 			continue // keep the read passes out of the profile; no roofline for batches
 		}
@@ -308,7 +324,28 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	if len(paired) > 0 {
 		res.PairedRatio = median(paired)
 	}
+	if B > 1 {
+		res.SingleTokS = median(res.SingleRuns)
+		res.BatchSpeedup = res.DecodeTokS / res.SingleTokS
+		res.RoutingCeiling = routingCeiling(res.Bytes, c, B)
+	}
 	return nil
+}
+
+// routingCeiling is the most a decode step of B sequences can gain over B
+// steps of one, when decode is bound by reading weights and each token picks
+// its k of E experts uniformly: the step reads the shared weights once, one
+// embedding row per sequence, and E·(1−(1−k/E)^B) experts a layer, where
+// one sequence reads k.
+func routingCeiling(b model.StepBytes, c *model.Config, B int) float64 {
+	one := float64(b.Total)
+	experts := float64(b.Experts)
+	if k, E := b.ExpertsPerLayer, c.NumExperts; E > 1 && k > 0 {
+		perExpert := experts / float64(k)
+		experts = perExpert * float64(E) * (1 - math.Pow(1-float64(k)/float64(E), float64(B)))
+	}
+	batch := one - float64(b.Experts) + experts + float64(B-1)*float64(b.Embedding)
+	return float64(B) * one / batch
 }
 
 // describeWeights fills in res's parameter count, main weight type and
@@ -353,6 +390,8 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 		mb(b.Total), mb(b.Attention), b.ExpertsPerLayer, max(c.NumExperts, 1), mb(b.Experts), mb(b.Router), mb(b.Norms), mb(b.Unembed), mb(b.Embedding))
 	if r.Batch > 1 {
 		fmt.Fprintf(w, "roofline  not computed for a batch (its tokens share weights, and route to more experts); read bandwidth %.2f GB/s\n", r.BandwidthGBs)
+		fmt.Fprintf(w, "batch     %d streams: %.2f× one stream (%.2f tok/s alone, same rounds); routing ceiling %.2f× (uniform top-%d routing) → %.0f %% of it\n",
+			r.Batch, r.BatchSpeedup, r.SingleTokS, r.RoutingCeiling, c.NumSelectedExperts, 100*r.BatchSpeedup/r.RoutingCeiling)
 	} else {
 		fmt.Fprintf(w, "roofline  %.2f GB/s achieved / %.2f GB/s read bandwidth (best pass over a %d MiB buffer, %d threads) = %.2f",
 			r.AchievedGBs, r.BandwidthGBs, r.BandwidthMB, r.Threads, r.RooflineRatio)

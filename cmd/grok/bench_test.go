@@ -10,6 +10,7 @@ import (
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/internal/testmodel"
 	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
 )
 
@@ -210,5 +211,29 @@ func TestMakeModelLayers(t *testing.T) {
 	}
 	if _, e, code := grok(t, "make-model", p, "--layers", "-1"); code != 2 || !strings.Contains(e, "--layers") {
 		t.Errorf("--layers -1: exit %d, %q", code, e)
+	}
+}
+
+// The routing ceiling: one sequence gains nothing; B sequences of top-2 of
+// 8 read 8·(1−(3/4)^B) experts a layer where one reads 2.
+func TestRoutingCeiling(t *testing.T) {
+	c := &model.Config{NumExperts: 8, NumSelectedExperts: 2}
+	// 100 bytes shared, 200 of experts (2 a layer), a 1-byte embedding row.
+	b := model.StepBytes{Attention: 100, Experts: 200, Embedding: 1, Total: 301, ExpertsPerLayer: 2}
+	for _, tc := range []struct {
+		B    int
+		want float64
+	}{
+		{1, 1},
+		{8, 8 * 301 / (100 + 100*8*(1-math.Pow(0.75, 8)) + 8)},
+		{2, 2 * 301 / (100 + 100*8*(1-0.5625) + 2)},
+	} {
+		if got := routingCeiling(b, c, tc.B); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("B=%d: %g, want %g", tc.B, got, tc.want)
+		}
+	}
+	dense := &model.Config{NumExperts: 1}
+	if got := routingCeiling(model.StepBytes{Experts: 200, Total: 200, ExpertsPerLayer: 1}, dense, 4); got != 4 {
+		t.Errorf("dense, 4 streams: %g, want 4", got)
 	}
 }
