@@ -118,6 +118,7 @@ func DecodeRow(dst []float32, t DType, src []byte) error {
 // EncodeRow converts src to type t, appending to dst. Q8_0 follows ggml's
 // quantize_row_q8_0_ref exactly: d = amax/127 stored as fp16, q = round(x/d)
 // with halfway cases away from zero, computed with the unrounded fp32 1/d.
+// The other types CanQuantize accepts are encoded by QuantizeRow.
 func EncodeRow(dst []byte, t DType, src []float32) ([]byte, error) {
 	switch t {
 	case F32:
@@ -155,6 +156,14 @@ func EncodeRow(dst []byte, t DType, src []float32) ([]byte, error) {
 			}
 		}
 	default:
+		if CanQuantize(t) {
+			n, err := t.RowBytes(len(src))
+			if err != nil {
+				return dst, err
+			}
+			dst = append(dst, make([]byte, n)...)
+			return dst, QuantizeRow(t, src, dst[len(dst)-n:])
+		}
 		return dst, fmt.Errorf("tensor: cannot encode to %v", t)
 	}
 	return dst, nil

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Regenerates the golden data in this directory: the Go test writes the
-# blocks, dequant.c decodes them with ggml, both are gzipped here.
+# blocks, dequant.c decodes them with ggml, both are gzipped here; the Go
+# test writes float rows, quantize.c quantises them with ggml, the result is
+# gzipped here.
 #
 # Usage: tensor/testdata/ggml/make.sh [WORKDIR]   (default /tmp/grok-ggml-golden)
 # Environment: LLAMA (a llama.cpp checkout whose ggml library is built in
@@ -39,4 +41,9 @@ cc -O2 -I"$LLAMA/ggml/include" "$here/dequant.c" "$lib" -lstdc++ -lm -lpthread -
 "$work/dequant" "$work/blocks.bin" "$work/ggml_f32.bin"
 gzip -9nc "$work/blocks.bin" >"$here/blocks.bin.gz"
 gzip -9nc "$work/ggml_f32.bin" >"$here/ggml_f32.bin.gz"
+
+cc -O2 -I"$LLAMA/ggml/include" "$here/quantize.c" "$lib" -lstdc++ -lm -lpthread -o "$work/quantize"
+(cd "$root" && go test ./tensor -run '^TestGoldenWriteQuantInput$' -count=1 -golden.qin="$work/qin.bin")
+"$work/quantize" "$work/qin.bin" "$work/quant.bin"
+gzip -9nc "$work/quant.bin" >"$here/quant.bin.gz"
 echo "llama.cpp commit: $(git -C "$LLAMA" rev-parse HEAD)"
