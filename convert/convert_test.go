@@ -221,7 +221,7 @@ func TestConvertQ8_0SameFromEverySource(t *testing.T) {
 	}
 	// And grok quantize of the F32 GGUF writes the same Q8_0 data.
 	q := filepath.Join(t.TempDir(), "q.gguf")
-	if _, err := Quantize(context.Background(), f.gguf, q, tensor.Q8_0, QuantizeOptions{}); err != nil {
+	if _, err := Quantize(context.Background(), f.gguf, q, FtypeQ8_0, QuantizeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	a, b := openGGUF(t, q), openGGUF(t, ref)
@@ -511,7 +511,7 @@ func TestConvertCancelled(t *testing.T) {
 	if _, err := Convert(ctx, m, filepath.Join(dir, "out.gguf"), Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Convert: %v, want context.Canceled", err)
 	}
-	if _, err := Quantize(ctx, f.gguf, filepath.Join(dir, "q.gguf"), tensor.Q8_0, QuantizeOptions{}); !errors.Is(err, context.Canceled) {
+	if _, err := Quantize(ctx, f.gguf, filepath.Join(dir, "q.gguf"), FtypeQ8_0, QuantizeOptions{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Quantize: %v, want context.Canceled", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
@@ -554,7 +554,7 @@ func TestConvertRemovesStaleTemporaryFiles(t *testing.T) {
 	if _, err := Convert(context.Background(), m, filepath.Join(dir, "out.gguf"), Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Quantize(context.Background(), f.gguf, filepath.Join(dir, "q.gguf"), tensor.Q8_0, QuantizeOptions{}); err != nil {
+	if _, err := Quantize(context.Background(), f.gguf, filepath.Join(dir, "q.gguf"), FtypeQ8_0, QuantizeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(dir)

@@ -18,19 +18,98 @@ type QuantizeOptions struct {
 	Warn     func(string) // as Options.Warn
 }
 
-// ParseQuantizeType maps llama-quantize's type argument — a name such as
-// "q8_0" or "Q8_0", or its llama_ftype number ("7") — to a tensor type:
-// Q8_0, F16 or BF16.
-func ParseQuantizeType(s string) (tensor.DType, error) {
-	for _, c := range []struct {
-		name, num string
-		dt        tensor.DType
-	}{{"q8_0", "7", tensor.Q8_0}, {"f16", "1", tensor.F16}, {"bf16", "32", tensor.BF16}} {
-		if strings.EqualFold(s, c.name) || s == c.num {
-			return c.dt, nil
+// Ftype is llama.cpp's llama_ftype (include/llama.h): the mixture of tensor
+// types llama-quantize writes, and the general.file_type it records.
+type Ftype uint32
+
+// The ftypes Quantize writes.
+const (
+	FtypeF32    Ftype = 0
+	FtypeF16    Ftype = 1
+	FtypeQ4_0   Ftype = 2
+	FtypeQ4_1   Ftype = 3
+	FtypeQ8_0   Ftype = 7
+	FtypeQ5_0   Ftype = 8
+	FtypeQ5_1   Ftype = 9
+	FtypeQ2_K   Ftype = 10
+	FtypeQ3_K_S Ftype = 11
+	FtypeQ3_K_M Ftype = 12
+	FtypeQ3_K_L Ftype = 13
+	FtypeQ4_K_S Ftype = 14
+	FtypeQ4_K_M Ftype = 15
+	FtypeQ5_K_S Ftype = 16
+	FtypeQ5_K_M Ftype = 17
+	FtypeQ6_K   Ftype = 18
+	FtypeBF16   Ftype = 32
+)
+
+// ftypes lists the ftypes with llama-quantize's names for them and their
+// default tensor type (llama_ftype_get_default_type).
+var ftypes = []struct {
+	ft   Ftype
+	name string
+	dt   tensor.DType
+}{
+	{FtypeQ4_0, "Q4_0", tensor.Q4_0},
+	{FtypeQ4_1, "Q4_1", tensor.Q4_1},
+	{FtypeQ5_0, "Q5_0", tensor.Q5_0},
+	{FtypeQ5_1, "Q5_1", tensor.Q5_1},
+	{FtypeQ2_K, "Q2_K", tensor.Q2_K},
+	{FtypeQ3_K_S, "Q3_K_S", tensor.Q3_K},
+	{FtypeQ3_K_M, "Q3_K_M", tensor.Q3_K},
+	{FtypeQ3_K_L, "Q3_K_L", tensor.Q3_K},
+	{FtypeQ4_K_S, "Q4_K_S", tensor.Q4_K},
+	{FtypeQ4_K_M, "Q4_K_M", tensor.Q4_K},
+	{FtypeQ5_K_S, "Q5_K_S", tensor.Q5_K},
+	{FtypeQ5_K_M, "Q5_K_M", tensor.Q5_K},
+	{FtypeQ6_K, "Q6_K", tensor.Q6_K},
+	{FtypeQ8_0, "Q8_0", tensor.Q8_0},
+	{FtypeF16, "F16", tensor.F16},
+	{FtypeBF16, "BF16", tensor.BF16},
+	{FtypeF32, "F32", tensor.F32},
+}
+
+// QuantizeTypeNames lists the type names ParseQuantizeType accepts.
+const QuantizeTypeNames = "q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, q8_0, f16, bf16, f32"
+
+// String returns llama-quantize's name of the ftype (Q4_K_M, …).
+func (f Ftype) String() string {
+	for _, c := range ftypes {
+		if c.ft == f {
+			return c.name
 		}
 	}
-	return 0, fmt.Errorf("unknown quantisation type %q (want q8_0, f16 or bf16)", s)
+	return fmt.Sprintf("Ftype(%d)", uint32(f))
+}
+
+// defaultType is the tensor type of the ftype's bulk (ok false if unknown).
+func (f Ftype) defaultType() (tensor.DType, bool) {
+	for _, c := range ftypes {
+		if c.ft == f {
+			return c.dt, true
+		}
+	}
+	return 0, false
+}
+
+// ParseQuantizeType maps llama-quantize's type argument — a name such as
+// "q4_k_m" or "Q4_K_M", or its llama_ftype number ("15") — to an ftype.
+// As in llama-quantize, q3_k, q4_k and q5_k are aliases of the _M mixtures.
+func ParseQuantizeType(s string) (Ftype, error) {
+	switch strings.ToUpper(s) {
+	case "Q3_K":
+		return FtypeQ3_K_M, nil
+	case "Q4_K":
+		return FtypeQ4_K_M, nil
+	case "Q5_K":
+		return FtypeQ5_K_M, nil
+	}
+	for _, c := range ftypes {
+		if strings.EqualFold(s, c.name) || s == fmt.Sprint(uint32(c.ft)) {
+			return c.ft, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown quantisation type %q (want one of %s)", s, QuantizeTypeNames)
 }
 
 // layerPrefix matches llama.cpp's sscanf("blk.%d.").
@@ -48,30 +127,51 @@ func layerOf(name string) int {
 }
 
 // quantizes reports whether llama-quantize converts a tensor to the target
-// type (llama-quant.cpp, llama_model_quantize_impl): names ending in
-// "weight", at least two dimensions larger than 1, not a norm and not the
-// MoE router.
+// type (llama-quant.cpp, tensor_allows_quantization): names ending in
+// "weight", at least two dimensions larger than 1, not a norm, not the MoE
+// router, nor one of the small tensors llama.cpp always keeps.
 func quantizes(ti *gguf.TensorInfo) bool {
 	dims := len(ti.Dims)
 	for dims > 1 && ti.Dims[dims-1] == 1 {
 		dims-- // ggml_n_dims ignores trailing 1s
 	}
-	return strings.HasSuffix(ti.Name, "weight") && dims >= 2 &&
-		!strings.Contains(ti.Name, "_norm.weight") && !strings.Contains(ti.Name, "ffn_gate_inp.weight")
+	if !strings.HasSuffix(ti.Name, "weight") || dims < 2 ||
+		ti.Name == "position_embd.weight" || ti.Name == "token_types.weight" {
+		return false
+	}
+	for _, s := range keptWeights {
+		if strings.Contains(ti.Name, s) {
+			return false
+		}
+	}
+	return true
 }
 
-// Quantize converts a GGUF file to typ (Q8_0, F16 or BF16) as llama-quantize
-// does, so that its output is what llama-quantize writes for the same input:
-// the metadata copied with general.quantization_version and
-// general.file_type set last, the tensors in llama.cpp's order (non-layer
-// tensors, then layer by layer, each group by name), every matrix but the
-// router converted with ggml's rounding, other tensors copied as they are.
-// Unlike llama-quantize it writes a tensor whose rows are not whole Q8_0
-// blocks as F16 (as llama.cpp's converter does) instead of failing. As
-// with Convert, dst appears only when complete.
-func Quantize(ctx context.Context, src, dst string, typ tensor.DType, opt QuantizeOptions) (*Result, error) {
-	if typ != tensor.Q8_0 && typ != tensor.F16 && typ != tensor.BF16 {
-		return nil, fmt.Errorf("quantize: type %v is not supported (Q8_0, F16 or BF16)", typ)
+// keptWeights are the name parts tensor_allows_quantization refuses.
+var keptWeights = []string{
+	"_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",
+	"per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight",
+	"indexer.k_proj.weight", "indexer.q_proj.weight",
+	"time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
+	"time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight",
+	"time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight",
+	"time_mix_decay_w1.weight", "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight",
+	"attn_rel_b.weight", ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_", ".rel_pos",
+	".patch_embd", ".patch_merger", "a.rvq.codebook", "mm.a.code_embd",
+}
+
+// Quantize converts a GGUF file to the ftype ft as llama-quantize does
+// without an importance matrix, so that its output is byte for byte what
+// llama-quantize writes for the same input: the metadata copied with
+// general.quantization_version and general.file_type set last, the tensors
+// in llama.cpp's order (non-layer tensors, then layer by layer, each group
+// by name), each matrix given the type llama-quantize's rules choose for
+// the ftype (see typeChooser) and quantised with ggml's reference
+// quantisers, other tensors copied as they are. As with Convert, dst
+// appears only when complete.
+func Quantize(ctx context.Context, src, dst string, ft Ftype, opt QuantizeOptions) (*Result, error) {
+	if _, ok := ft.defaultType(); !ok {
+		return nil, fmt.Errorf("quantize: file type %d is not supported (want one of %s)", uint32(ft), QuantizeTypeNames)
 	}
 	if err := CheckOutput(dst, src); err != nil {
 		return nil, err
@@ -82,18 +182,30 @@ func Quantize(ctx context.Context, src, dst string, typ tensor.DType, opt Quanti
 	}
 	defer f.Close()
 	j := newJob(ctx, opt.Progress, opt.Warn)
+	w, ts, err := j.quantizePlan(f, ft)
+	if err != nil {
+		return nil, err
+	}
+	j.addTensors(w, ts)
+	if err := w.WriteFile(dst); err != nil {
+		return nil, fmt.Errorf("quantize: %w", err)
+	}
+	return &j.res, nil
+}
 
+// quantizePlan builds the output's metadata and tensors.
+func (j *job) quantizePlan(f *gguf.File, ft Ftype) (*gguf.Writer, []*outTensor, error) {
 	// Metadata: llama-quantize copies every pair, drops the split keys,
 	// then sets quantization_version and file_type, which (re)appends them.
 	w := gguf.NewWriter()
-	j.res.FileType = LlamaFileType(typ)
+	j.res.FileType = uint32(ft)
 	for _, p := range f.Metadata {
 		switch p.Key {
 		case "general.quantization_version", "general.file_type", "split.no", "split.count", "split.tensors.count":
 			continue
 		}
 		if err := w.AddKV(p.Key, p.Value); err != nil {
-			return nil, fmt.Errorf("quantize: %w", err)
+			return nil, nil, fmt.Errorf("quantize: %w", err)
 		}
 	}
 	w.AddKV("general.quantization_version", uint32(QuantizationVersion))
@@ -101,6 +213,7 @@ func Quantize(ctx context.Context, src, dst string, typ tensor.DType, opt Quanti
 
 	// llama_model_loader's weight_name_comparer order.
 	infos := make([]*gguf.TensorInfo, len(f.Tensors))
+	names := make([]string, len(f.Tensors))
 	for i := range f.Tensors {
 		infos[i] = &f.Tensors[i]
 	}
@@ -111,51 +224,353 @@ func Quantize(ctx context.Context, src, dst string, typ tensor.DType, opt Quanti
 		}
 		return infos[a].Name < infos[b].Name
 	})
+	for i, ti := range infos {
+		names[i] = ti.Name
+	}
+	tc := newTypeChooser(ft, paramsOf(f), names)
 
 	var ts []*outTensor
 	for _, ti := range infos {
-		if !quantizes(ti) || ti.Type == mustType(typ) || ti.Size == 0 {
+		typ := tensor.DType(-1)
+		if quantizes(ti) {
+			t, warn, err := tc.choose(ti.Name, ti.Dims[0])
+			if err != nil {
+				return nil, nil, fmt.Errorf("quantize: %w", err)
+			}
+			if warn != "" {
+				j.warnf("%s", warn)
+			}
+			typ = t
+		}
+		if typ < 0 || ti.Type == mustType(typ) || ti.Size == 0 {
 			// Copied as is, whatever its type: llama-quantize leaves it
 			// alone.
 			data, ok := f.TensorBytes(ti.Name)
 			if !ok {
-				return nil, fmt.Errorf("quantize: tensor %q: file is closed", ti.Name)
+				return nil, nil, fmt.Errorf("quantize: tensor %q: file is closed", ti.Name)
 			}
 			ts = append(ts, &outTensor{name: ti.Name, shape: ti.Shape(), from: ti.Type.String(), raw: data, ggml: ti.Type, dims: ti.Dims})
 			continue
 		}
 		t, err := f.Tensor(ti.Name)
 		if err != nil {
-			return nil, fmt.Errorf("quantize: %w", err)
+			return nil, nil, fmt.Errorf("quantize: %w", err)
 		}
 		switch t.Type {
 		case tensor.F32, tensor.F16, tensor.BF16:
 		case tensor.Q8_0:
 			j.warnf("%s: requantising Q8_0 to %v adds rounding error", ti.Name, typ)
 		default:
-			return nil, fmt.Errorf("quantize: tensor %q: cannot quantise type %v", ti.Name, t.Type)
+			return nil, nil, fmt.Errorf("quantize: tensor %q: cannot quantise type %v", ti.Name, t.Type)
 		}
 		in := t.Shape[len(t.Shape)-1]
 		rb, _ := t.Type.RowBytes(in)
-		ot := &outTensor{name: ti.Name, typ: typ, shape: t.Shape, mode: modeEncode, from: t.Type.String(),
-			mats: []matrix{{typ: t.Type, out: len(t.Data) / rb, in: in, data: t.Data}}}
-		if typ == tensor.Q8_0 && in%tensor.Q8BlockSize != 0 {
-			j.warnf("%s: %d inputs are not a whole number of Q8_0 blocks; written as F16", ti.Name, in)
-			ot.typ = tensor.F16
-			if t.Type == tensor.F16 {
-				ot.mode = modeCopy
-			}
-		}
-		ts = append(ts, ot)
+		ts = append(ts, &outTensor{name: ti.Name, typ: typ, shape: t.Shape, mode: modeEncode, from: t.Type.String(),
+			mats: []matrix{{typ: t.Type, out: len(t.Data) / rb, in: in, data: t.Data}}})
 	}
-	j.addTensors(w, ts)
-	if err := w.WriteFile(dst); err != nil {
-		return nil, fmt.Errorf("quantize: %w", err)
+	if tc.nFallbk > 0 {
+		j.warnf("%d of %d tensor(s) required fallback quantization", tc.nFallbk, len(infos))
 	}
-	return &j.res, nil
+	return w, ts, nil
 }
 
 func mustType(dt tensor.DType) gguf.GGMLType {
 	t, _ := gguf.TypeOf(dt)
 	return t
+}
+
+// What follows chooses each tensor's type as llama-quantize does without an
+// importance matrix, for the ftypes of ftypes (llama.cpp src/llama-quant.cpp:
+// tensor_get_category, llama_tensor_get_type, llama_tensor_get_type_impl,
+// tensor_type_fallback). The LLM_TYPE_70B rule does not apply: it is
+// llama's, never grok's (whose 64-layer model is LLM_TYPE_314B).
+
+// category is llama.cpp's tensor_category.
+type category int
+
+const (
+	catOther category = iota
+	catOutput
+	catTokenEmbd
+	catAttnQKV
+	catAttnKVB
+	catAttnV
+	catAttnK
+	catAttnQ
+	catAttnOutput
+	catFFNUp
+	catFFNGate
+	catFFNDown
+)
+
+// categoryOf is tensor_get_category: the first substring that matches, in
+// llama.cpp's order.
+func categoryOf(name string) category {
+	switch name {
+	case "output.weight":
+		return catOutput
+	case "token_embd.weight", "per_layer_token_embd.weight":
+		return catTokenEmbd
+	}
+	for _, c := range []struct {
+		sub string
+		cat category
+	}{
+		{"attn_qkv.weight", catAttnQKV}, {"attn_kv_b.weight", catAttnKVB}, {"attn_v.weight", catAttnV},
+		{"attn_k.weight", catAttnK}, {"attn_q.weight", catAttnQ}, {"attn_output.weight", catAttnOutput},
+		{"ffn_up", catFFNUp}, {"ffn_gate", catFFNGate}, {"ffn_down", catFFNDown},
+	} {
+		if strings.Contains(name, c.sub) {
+			return c.cat
+		}
+	}
+	return catOther
+}
+
+// attnVLike is category_is_attn_v.
+func (c category) attnVLike() bool { return c == catAttnV || c == catAttnQKV || c == catAttnKVB }
+
+// modelParams are the hyperparameters the rules read (llama_hparams).
+type modelParams struct {
+	falcon  bool // general.architecture is falcon
+	nLayer  int  // block_count (n_layer_all)
+	nExpert int  // expert_count, 0 if absent
+	nGQA    int  // head_count / head_count_kv, 0 without kv heads
+}
+
+// paramsOf reads the hyperparameters from a GGUF's metadata.
+func paramsOf(f *gguf.File) modelParams {
+	arch, _ := f.String("general.architecture")
+	u := func(k string) int {
+		v, _ := f.Uint(arch + "." + k)
+		return int(min(v, 1<<31))
+	}
+	p := modelParams{falcon: arch == "falcon", nLayer: u("block_count"), nExpert: u("expert_count")}
+	nHead := u("attention.head_count")
+	nKV := nHead
+	if _, ok := f.Get(arch + ".attention.head_count_kv"); ok {
+		nKV = u("attention.head_count_kv")
+	}
+	if nKV > 0 {
+		p.nGQA = nHead / nKV
+	}
+	return p
+}
+
+// typeChooser is quantize_state_impl: the running counters of the choice,
+// which llama-quantize makes tensor by tensor in the output order.
+type typeChooser struct {
+	ft      Ftype
+	def     tensor.DType
+	p       modelParams
+	tied    bool // no output.weight: token_embd is also the output
+	nAttnV  int
+	iAttnV  int
+	iDown   int
+	iGate   int
+	iUp     int
+	nFallbk int
+}
+
+// newTypeChooser counts what init_quantize_state_counters counts over the
+// tensor names.
+func newTypeChooser(ft Ftype, p modelParams, names []string) *typeChooser {
+	def, _ := ft.defaultType()
+	c := &typeChooser{ft: ft, def: def, p: p, tied: true}
+	for _, n := range names {
+		switch cat := categoryOf(n); {
+		case cat.attnVLike():
+			c.nAttnV++
+		case cat == catOutput:
+			c.tied = false
+		}
+	}
+	return c
+}
+
+// useMoreBits is llama-quant.cpp's use_more_bits: the first and last eighth
+// of the layers and every third one between.
+func useMoreBits(i, n int) bool {
+	return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2
+}
+
+// layer is llama_tensor_get_type_impl's layer_info: with experts, the layer
+// comes from the name (blk.N.), which must be in [0, nLayer); without, the
+// running counter is the layer.
+func (c *typeChooser) layer(counter int, name string) (int, error) {
+	if max(1, c.p.nExpert) > 1 {
+		l := layerOf(name)
+		if !layerPrefix.MatchString(name) {
+			return 0, fmt.Errorf("failed to determine layer for tensor %s", name)
+		}
+		if l < 0 || l >= c.p.nLayer {
+			return 0, fmt.Errorf("bad layer %d for tensor %s; must be in [0, %d)", l, name, c.p.nLayer)
+		}
+		return l, nil
+	}
+	return counter, nil
+}
+
+// choose returns the type of one quantisable tensor (llama_tensor_get_type
+// for a tensor that tensor_allows_quantization accepts), and a warning when
+// its rows do not fit the chosen type and a fallback is used.
+func (c *typeChooser) choose(name string, ne0 int64) (tensor.DType, string, error) {
+	t := c.def
+	if !t.Quantized() {
+		return t, "", nil // F16, BF16, F32: no mixture, no fallback
+	}
+	t, err := c.mixture(t, name, ne0)
+	if err != nil {
+		return 0, "", err
+	}
+	return c.fallback(t, name, ne0)
+}
+
+// mixture is llama_tensor_get_type_impl, restricted to the ftypes Quantize
+// accepts (the i-quant, TQ and MXFP4 branches never fire for them) and to
+// no importance matrix.
+func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DType, error) {
+	ft, p := c.ft, c.p
+	cat := categoryOf(name)
+	switch {
+	case cat == catOutput || (c.tied && cat == catTokenEmbd):
+		if p.falcon || ne0%int64(t.BlockSize()) != 0 {
+			t = tensor.Q8_0
+		} else if t != tensor.Q8_0 {
+			t = tensor.Q6_K
+		}
+	case cat == catTokenEmbd:
+		// Only i-quant and ternary ftypes change an untied embedding.
+	case cat.attnVLike():
+		switch {
+		case ft == FtypeQ2_K:
+			t = tensor.Q3_K
+			if p.nGQA >= 4 {
+				t = tensor.Q4_K
+			}
+		case ft == FtypeQ3_K_M:
+			t = tensor.Q4_K
+			if c.iAttnV < 2 {
+				t = tensor.Q5_K
+			}
+		case ft == FtypeQ3_K_L:
+			t = tensor.Q5_K
+		case (ft == FtypeQ4_K_M || ft == FtypeQ5_K_M) && useMoreBits(c.iAttnV, c.nAttnV):
+			t = tensor.Q6_K
+		case ft == FtypeQ4_K_S && c.iAttnV < 4:
+			t = tensor.Q5_K
+		}
+		if p.nExpert == 8 {
+			t = tensor.Q8_0
+		}
+		c.iAttnV++
+	case cat == catAttnK:
+		if p.nExpert == 8 {
+			t = tensor.Q8_0
+		}
+	case cat == catAttnQ:
+	case cat == catFFNDown:
+		i, err := c.layer(c.iDown, name)
+		if err != nil {
+			return 0, err
+		}
+		n := p.nLayer
+		switch {
+		case ft == FtypeQ2_K:
+			t = tensor.Q3_K
+		case ft == FtypeQ3_K_M:
+			switch {
+			case i < n/16:
+				t = tensor.Q5_K
+			case !p.falcon || useMoreBits(i, n):
+				t = tensor.Q4_K
+			default:
+				t = tensor.Q3_K
+			}
+		case ft == FtypeQ3_K_L:
+			t = tensor.Q5_K
+			if p.falcon {
+				t = tensor.Q4_K
+			}
+		case ft == FtypeQ4_K_M:
+			if p.falcon {
+				switch {
+				case i < n/16:
+					t = tensor.Q6_K
+				case useMoreBits(i, n):
+					t = tensor.Q5_K
+				default:
+					t = tensor.Q4_K
+				}
+			} else if useMoreBits(i, n) {
+				t = tensor.Q6_K
+			}
+		case ft == FtypeQ5_K_M && useMoreBits(i, n):
+			t = tensor.Q6_K
+		case ft == FtypeQ4_K_S && !p.falcon && i < n/8:
+			t = tensor.Q5_K
+		}
+		c.iDown++
+	case cat == catAttnOutput:
+		switch {
+		case p.falcon:
+			if ft == FtypeQ3_K_L {
+				t = tensor.Q4_K
+			}
+		case p.nExpert == 8:
+			switch ft {
+			case FtypeQ2_K, FtypeQ3_K_S, FtypeQ3_K_M, FtypeQ4_K_S, FtypeQ4_K_M:
+				t = tensor.Q5_K
+			}
+		default:
+			switch ft {
+			case FtypeQ2_K:
+				t = tensor.Q3_K
+			case FtypeQ3_K_M:
+				t = tensor.Q4_K
+			case FtypeQ3_K_L:
+				t = tensor.Q5_K
+			}
+		}
+	case cat == catFFNGate, cat == catFFNUp:
+		// Only IQ3_XS changes these, but layer_info still checks the name.
+		ctr := &c.iGate
+		if cat == catFFNUp {
+			ctr = &c.iUp
+		}
+		if _, err := c.layer(*ctr, name); err != nil {
+			return 0, err
+		}
+		*ctr++
+	}
+	return t, nil
+}
+
+// fallback is tensor_type_fallback: a type whose block does not divide the
+// row becomes a 32-element type, and F16 if even that does not fit.
+func (c *typeChooser) fallback(t tensor.DType, name string, ne0 int64) (tensor.DType, string, error) {
+	bs := int64(t.BlockSize())
+	if ne0%bs == 0 {
+		return t, "", nil
+	}
+	c.nFallbk++
+	r := t
+	switch t {
+	case tensor.Q2_K, tensor.Q3_K:
+		r = tensor.Q4_0
+	case tensor.Q4_K:
+		r = tensor.Q5_0
+	case tensor.Q5_K:
+		r = tensor.Q5_1
+	case tensor.Q6_K:
+		r = tensor.Q8_0
+	default:
+		if bs > 32 {
+			return 0, "", fmt.Errorf("no tensor type fallback is defined for type %v", t)
+		}
+	}
+	if ne0%int64(r.BlockSize()) != 0 {
+		r = tensor.F16
+	}
+	return r, fmt.Sprintf("%s: %d columns are not divisible by %d (required for %v); falling back to %v", name, ne0, bs, t, r), nil
 }

@@ -20,7 +20,7 @@ func TestQuantizeMatchesLlamaCpp(t *testing.T) {
 	src := filepath.Join(testdata, "grok-tiny/grok-tiny.gguf")
 	ref := filepath.Join(testdata, "grok-tiny/grok-tiny-q8_0.gguf")
 	dst := filepath.Join(t.TempDir(), "q8_0.gguf")
-	res, err := Quantize(context.Background(), src, dst, tensor.Q8_0, QuantizeOptions{})
+	res, err := Quantize(context.Background(), src, dst, FtypeQ8_0, QuantizeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,12 +71,13 @@ func TestQuantizeTypes(t *testing.T) {
 	src := filepath.Join(testdata, "grok-tiny/grok-tiny.gguf")
 	in := openGGUF(t, src)
 	for _, tc := range []struct {
+		ft    Ftype
 		typ   tensor.DType
 		ggml  gguf.GGMLType
 		ftype uint32
-	}{{tensor.F16, gguf.GGMLTypeF16, 1}, {tensor.BF16, gguf.GGMLTypeBF16, 32}} {
+	}{{FtypeF16, tensor.F16, gguf.GGMLTypeF16, 1}, {FtypeBF16, tensor.BF16, gguf.GGMLTypeBF16, 32}} {
 		dst := filepath.Join(t.TempDir(), "out.gguf")
-		res, err := Quantize(context.Background(), src, dst, tc.typ, QuantizeOptions{})
+		res, err := Quantize(context.Background(), src, dst, tc.ft, QuantizeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +104,7 @@ func TestQuantizeTypes(t *testing.T) {
 		}
 		// Again: already of the type, so copied.
 		again := filepath.Join(t.TempDir(), "again.gguf")
-		if _, err := Quantize(context.Background(), dst, again, tc.typ, QuantizeOptions{}); err != nil {
+		if _, err := Quantize(context.Background(), dst, again, tc.ft, QuantizeOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		sameTensors(t, again, dst)
@@ -115,14 +116,15 @@ func TestQuantizeErrors(t *testing.T) {
 	src := filepath.Join(testdata, "grok-tiny/grok-tiny.gguf")
 	for _, tc := range []struct {
 		src, dst string
-		typ      tensor.DType
+		typ      Ftype
 		want     string
 	}{
-		{src, filepath.Join(dir, "x.gguf"), tensor.F32, "not supported"},
-		{"quantize.go", filepath.Join(dir, "x.gguf"), tensor.Q8_0, "not a GGUF file"},
-		{"/nonexistent.gguf", filepath.Join(dir, "x.gguf"), tensor.Q8_0, "no such file"},
-		{src, filepath.Join(dir, "no", "x.gguf"), tensor.Q8_0, "output folder"},
-		{src, src, tensor.Q8_0, "is the input file"},
+		{src, filepath.Join(dir, "x.gguf"), Ftype(19), "not supported"},
+		{src, filepath.Join(dir, "x.gguf"), Ftype(4), "not supported"},
+		{"quantize.go", filepath.Join(dir, "x.gguf"), FtypeQ8_0, "not a GGUF file"},
+		{"/nonexistent.gguf", filepath.Join(dir, "x.gguf"), FtypeQ8_0, "no such file"},
+		{src, filepath.Join(dir, "no", "x.gguf"), FtypeQ8_0, "output folder"},
+		{src, src, FtypeQ8_0, "is the input file"},
 	} {
 		if _, err := Quantize(context.Background(), tc.src, tc.dst, tc.typ, QuantizeOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Quantize(context.Background(), %s, %s, %v) = %v, want it to mention %q", tc.src, tc.dst, tc.typ, err, tc.want)
@@ -131,12 +133,16 @@ func TestQuantizeErrors(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("failed runs left %v", ents)
 	}
-	for s, want := range map[string]tensor.DType{"q8_0": tensor.Q8_0, "Q8_0": tensor.Q8_0, "7": tensor.Q8_0, "f16": tensor.F16, "1": tensor.F16, "BF16": tensor.BF16, "32": tensor.BF16} {
+	for s, want := range map[string]Ftype{"q8_0": FtypeQ8_0, "Q8_0": FtypeQ8_0, "7": FtypeQ8_0, "f16": FtypeF16, "1": FtypeF16,
+		"BF16": FtypeBF16, "32": FtypeBF16, "q4_k_m": FtypeQ4_K_M, "Q4_K": FtypeQ4_K_M, "15": FtypeQ4_K_M, "q3_k": FtypeQ3_K_M,
+		"Q5_K": FtypeQ5_K_M, "q2_k": FtypeQ2_K, "10": FtypeQ2_K, "Q4_0": FtypeQ4_0, "2": FtypeQ4_0, "q5_1": FtypeQ5_1, "9": FtypeQ5_1,
+		"q3_k_s": FtypeQ3_K_S, "q3_k_l": FtypeQ3_K_L, "q4_k_s": FtypeQ4_K_S, "q5_k_s": FtypeQ5_K_S, "q6_k": FtypeQ6_K, "18": FtypeQ6_K,
+		"f32": FtypeF32, "0": FtypeF32} {
 		if got, err := ParseQuantizeType(s); err != nil || got != want {
 			t.Errorf("ParseQuantizeType(%q) = %v, %v", s, got, err)
 		}
 	}
-	for _, s := range []string{"q4_k", "f32", "0", ""} {
+	for _, s := range []string{"iq2_xxs", "q4_2", "4", "19", "q6_k_m", ""} {
 		if _, err := ParseQuantizeType(s); err == nil {
 			t.Errorf("ParseQuantizeType(%q) accepted", s)
 		}

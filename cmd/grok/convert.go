@@ -11,13 +11,12 @@ import (
 
 	"github.com/grok-go/grok/convert"
 	"github.com/grok-go/grok/loader"
-	"github.com/grok-go/grok/tensor"
 	"github.com/grok-go/grok/tokenizer"
 )
 
 const (
 	convertUsage  = "-i SRC -o DST.gguf [--type " + convert.TypeNames + "] [--tokenizer tokenizer.model] [--preset grok-1] [--name NAME] [-v]"
-	quantizeUsage = "[-v] IN.gguf OUT.gguf [q8_0|f16|bf16]"
+	quantizeUsage = "[-v] [--split-max-size N[M|G]] IN.gguf OUT.gguf [TYPE: " + convert.QuantizeTypeNames + "; default q8_0]"
 )
 
 func init() {
@@ -108,7 +107,7 @@ func runQuantize(args []string, stdout, stderr io.Writer) error {
 	if len(pos) > 3 {
 		return usagef("unexpected argument %q", pos[3])
 	}
-	typ := tensor.Q8_0
+	typ := convert.FtypeQ8_0
 	if len(pos) == 3 {
 		if typ, err = convert.ParseQuantizeType(pos[2]); err != nil {
 			return usagef("%v", err)

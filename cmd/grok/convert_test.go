@@ -41,7 +41,7 @@ func TestConvertCommandErrors(t *testing.T) {
 		{[]string{"convert", "-i", xaiTiny, "-o", out, "--type", "keep"}, 1, "cannot be kept in Q8_0"},
 		{[]string{"quantize"}, 2, "IN.gguf and OUT.gguf are required"},
 		{[]string{"quantize", tiny}, 2, "IN.gguf and OUT.gguf are required"},
-		{[]string{"quantize", tiny, out, "q4_k"}, 2, "unknown quantisation type"},
+		{[]string{"quantize", tiny, out, "iq2_xxs"}, 2, "unknown quantisation type"},
 		{[]string{"quantize", tiny, out, "q8_0", "x"}, 2, `unexpected argument "x"`},
 		{[]string{"quantize", "main.go", out}, 1, "not a GGUF file"},
 		{[]string{"quantize", tiny, filepath.Join(dir, "missing", "out.gguf")}, 1, "output folder"},
