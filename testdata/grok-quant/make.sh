@@ -1,0 +1,22 @@
+#!/bin/sh
+# Regenerates SHA256SUMS: the Go test writes the F32 models, llama-quantize
+# quantises each to every ftype, and the sums of its outputs are recorded.
+#
+# Usage: testdata/grok-quant/make.sh [WORKDIR]   (default /tmp/grok-quant)
+# Environment: LLAMA_QUANTIZE, the llama-quantize binary (default: on PATH).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+work=${1:-/tmp/grok-quant}
+lq=${LLAMA_QUANTIZE:-llama-quantize}
+mkdir -p "$work"
+(cd "$root" && go test ./convert -run '^TestWriteQuantModel$' -count=1 -quant.model="$work")
+cd "$work"
+: >SHA256SUMS
+for m in e8 e2; do
+	for ft in Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K Q8_0; do
+		"$lq" "grok-quant-$m-f32.gguf" "grok-quant-$m-$ft.gguf" "$ft" 1 >"grok-quant-$m-$ft.log" 2>&1
+		sha256sum "grok-quant-$m-$ft.gguf" >>SHA256SUMS
+	done
+done
+cp SHA256SUMS "$here/SHA256SUMS"
