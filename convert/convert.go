@@ -42,12 +42,31 @@ const (
 	F16
 	BF16
 	Q8_0
+
+	// llama-quantize's mixtures (see Ftype): each matrix gets the type
+	// llama-quantize's rules choose, quantised from float32 with ggml's
+	// reference quantisers.
+	Q4_0
+	Q4_1
+	Q5_0
+	Q5_1
+	Q2_K
+	Q3_K_S
+	Q3_K_M
+	Q3_K_L
+	Q4_K_S
+	Q4_K_M
+	Q5_K_S
+	Q5_K_M
+	Q6_K
 )
 
-var typeNames = [...]string{Keep: "keep", F32: "f32", F16: "f16", BF16: "bf16", Q8_0: "q8_0"}
+var typeNames = [...]string{Keep: "keep", F32: "f32", F16: "f16", BF16: "bf16", Q8_0: "q8_0",
+	Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1", Q2_K: "q2_k", Q3_K_S: "q3_k_s", Q3_K_M: "q3_k_m",
+	Q3_K_L: "q3_k_l", Q4_K_S: "q4_k_s", Q4_K_M: "q4_k_m", Q5_K_S: "q5_k_s", Q5_K_M: "q5_k_m", Q6_K: "q6_k"}
 
 // TypeNames lists the names ParseType accepts, for usage messages.
-const TypeNames = "f32|f16|bf16|q8_0|keep"
+const TypeNames = "f32|f16|bf16|q8_0|keep|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k_s|q3_k_m|q3_k_l|q4_k_s|q4_k_m|q5_k_s|q5_k_m|q6_k"
 
 // String returns the type's name as the command line spells it.
 func (t Type) String() string {
@@ -57,12 +76,16 @@ func (t Type) String() string {
 	return fmt.Sprintf("Type(%d)", int(t))
 }
 
-// ParseType maps a name (any case) to a Type.
+// ParseType maps a name (any case) to a Type; q3_k, q4_k and q5_k are
+// aliases of the _M mixtures, as in llama-quantize.
 func ParseType(s string) (Type, error) {
 	for i, n := range typeNames {
 		if strings.EqualFold(n, s) {
 			return Type(i), nil
 		}
+	}
+	if a, ok := map[string]Type{"Q3_K": Q3_K_M, "Q4_K": Q4_K_M, "Q5_K": Q5_K_M}[strings.ToUpper(s)]; ok {
+		return a, nil
 	}
 	return 0, fmt.Errorf("unknown type %q (want %s)", s, TypeNames)
 }
@@ -122,6 +145,7 @@ type Result struct {
 	Bytes       int64  // tensor data written, without the header and padding
 	FileType    uint32 // general.file_type written
 	Warnings    []string
+	Files       []string // Quantize: the files written (dst, or its shards)
 }
 
 // job is the state shared by the steps of one conversion.
@@ -543,22 +567,32 @@ func fileType(ts []*outTensor, want Type) tensor.DType {
 // temporary file in dst's folder and renamed; when ctx is cancelled, or
 // anything fails, the temporary file is removed and dst left as it was.
 func Convert(ctx context.Context, m *loader.Model, dst string, opt Options) (*Result, error) {
-	if opt.Type < Keep || opt.Type > Q8_0 {
+	if opt.Type < Keep || int(opt.Type) >= len(typeNames) {
 		return nil, fmt.Errorf("convert: unknown type %v", opt.Type)
+	}
+	mixture, isMixture := opt.Type.ftype()
+	want := opt.Type
+	if isMixture {
+		want = F32 // planned as float32, then given the mixture's types
 	}
 	if err := CheckOutput(dst, m.Path); err != nil {
 		return nil, err
 	}
 	j := newJob(ctx, opt.Progress, opt.Warn)
 	c := &m.Config
-	ts, err := j.plan(m.Source, c, opt.Type)
+	ts, err := j.plan(m.Source, c, want)
 	if err != nil {
 		return nil, fmt.Errorf("convert: %s: %w", m.Path, err)
 	}
-	ft := fileType(ts, opt.Type)
+	if isMixture {
+		if err := j.applyMixture(ts, mixture, c); err != nil {
+			return nil, fmt.Errorf("convert: %s: %w", m.Path, err)
+		}
+	}
+	ft := fileType(ts, want)
 	quantised := false
 	for _, t := range ts {
-		quantised = quantised || t.typ == tensor.Q8_0
+		quantised = quantised || t.typ.Quantized()
 	}
 	tok := m.Tokenizer
 	if opt.Tokenizer != nil {
@@ -578,6 +612,9 @@ func Convert(ctx context.Context, m *loader.Model, dst string, opt Options) (*Re
 		kvs = append(kvs, kv{Key: "general.quantization_version", Value: uint32(QuantizationVersion)})
 	}
 	j.res.FileType = LlamaFileType(ft)
+	if isMixture {
+		j.res.FileType = uint32(mixture)
+	}
 	kvs = append(kvs, kv{Key: "general.file_type", Value: j.res.FileType})
 
 	w := gguf.NewWriter()

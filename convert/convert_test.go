@@ -488,12 +488,13 @@ func TestConvertErrors(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("failed conversions left %v", ents)
 	}
-	for _, s := range []string{"q4_k", "", "f64"} {
+	for _, s := range []string{"iq2_xxs", "", "f64", "15"} {
 		if _, err := ParseType(s); err == nil {
 			t.Errorf("ParseType(%q) accepted", s)
 		}
 	}
-	for s, want := range map[string]Type{"F32": F32, "q8_0": Q8_0, "Keep": Keep, "bf16": BF16, "f16": F16} {
+	for s, want := range map[string]Type{"F32": F32, "q8_0": Q8_0, "Keep": Keep, "bf16": BF16, "f16": F16,
+		"q4_k": Q4_K_M, "Q4_K_M": Q4_K_M, "q2_k": Q2_K, "Q6_K": Q6_K, "q5_k_s": Q5_K_S, "q4_0": Q4_0} {
 		if got, err := ParseType(s); err != nil || got != want {
 			t.Errorf("ParseType(%q) = %v, %v", s, got, err)
 		}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
 )
 
@@ -16,6 +20,28 @@ import (
 type QuantizeOptions struct {
 	Progress io.Writer    // as Options.Progress
 	Warn     func(string) // as Options.Warn
+	// SplitMaxBytes, if positive, writes gguf-split shards instead of one
+	// file, as llama-gguf-split --split-max-size does: each shard's tensor
+	// data at most this many bytes (a shard holds at least one tensor),
+	// named DST-00001-of-0000N.gguf for DST minus its .gguf.
+	SplitMaxBytes int64
+}
+
+// ParseSplitSize parses llama-gguf-split's --split-max-size argument: a
+// positive whole number followed by M (10^6 bytes) or G (10^9 bytes).
+func ParseSplitSize(s string) (int64, error) {
+	if len(s) < 2 {
+		return 0, fmt.Errorf("split size %q: want N followed by M or G (e.g. 500M, 4G)", s)
+	}
+	unit := map[byte]int64{'M': 1e6, 'G': 1e9}[s[len(s)-1]]
+	if unit == 0 {
+		return 0, fmt.Errorf("split size %q: supported units are M (megabytes) or G (gigabytes)", s)
+	}
+	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/unit {
+		return 0, fmt.Errorf("split size %q: want a positive whole number of M or G", s)
+	}
+	return n * unit, nil
 }
 
 // Ftype is llama.cpp's llama_ftype (include/llama.h): the mixture of tensor
@@ -187,10 +213,35 @@ func Quantize(ctx context.Context, src, dst string, ft Ftype, opt QuantizeOption
 		return nil, err
 	}
 	j.addTensors(w, ts)
+	if opt.SplitMaxBytes > 0 {
+		prefix := strings.TrimSuffix(dst, ".gguf")
+		if isShardOf(src, prefix) {
+			return nil, fmt.Errorf("quantize: output %s would overwrite the input file %s", prefix+"-*-of-*.gguf", src)
+		}
+		paths, err := w.WriteSplit(prefix, 0, opt.SplitMaxBytes)
+		if err != nil {
+			return nil, fmt.Errorf("quantize: %w", err)
+		}
+		j.res.Files = paths
+		return &j.res, nil
+	}
 	if err := w.WriteFile(dst); err != nil {
 		return nil, fmt.Errorf("quantize: %w", err)
 	}
+	j.res.Files = []string{dst}
 	return &j.res, nil
+}
+
+// isShardOf reports whether path is (or may be) one of the shards
+// prefix-NNNNN-of-NNNNN.gguf, which writing them would replace.
+func isShardOf(path, prefix string) bool {
+	a, err1 := filepath.Abs(path)
+	p, err2 := filepath.Abs(prefix)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rest, ok := strings.CutPrefix(a, p+"-")
+	return ok && len(rest) == len("00001-of-00001.gguf") && strings.HasSuffix(rest, ".gguf") && rest[5:9] == "-of-"
 }
 
 // quantizePlan builds the output's metadata and tensors.
@@ -277,6 +328,53 @@ func (j *job) quantizePlan(f *gguf.File, ft Ftype) (*gguf.Writer, []*outTensor, 
 func mustType(dt tensor.DType) gguf.GGMLType {
 	t, _ := gguf.TypeOf(dt)
 	return t
+}
+
+// ftype returns the llama-quantize mixture a conversion Type names (ok
+// false for Keep, F32, F16, BF16 and Q8_0, which Convert writes as they are).
+func (t Type) ftype() (Ftype, bool) {
+	if t <= Q8_0 || int(t) >= len(typeNames) {
+		return 0, false
+	}
+	ft, err := ParseQuantizeType(typeNames[t])
+	return ft, err == nil
+}
+
+// applyMixture gives each planned matrix of a conversion the type
+// llama-quantize's rules choose for ft (the tensors were planned as F32, so
+// every matrix is decoded to float32 and quantised from there, as
+// llama-quantize does from an F32 file).
+func (j *job) applyMixture(ts []*outTensor, ft Ftype, c *model.Config) error {
+	p := modelParams{nLayer: c.NumLayers, nExpert: c.NumExperts}
+	if c.NumKVHeads > 0 {
+		p.nGQA = c.NumQHeads / c.NumKVHeads
+	}
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.name
+	}
+	tc := newTypeChooser(ft, p, names)
+	for _, t := range ts {
+		dims := make([]int64, len(t.shape))
+		for i, d := range t.shape {
+			dims[len(dims)-1-i] = int64(d)
+		}
+		if t.raw != nil || keepsF32(t.name) || !quantizes(&gguf.TensorInfo{Name: t.name, Dims: dims}) {
+			continue
+		}
+		typ, warn, err := tc.choose(t.name, dims[0])
+		if err != nil {
+			return err
+		}
+		if warn != "" {
+			j.warnf("%s", warn)
+		}
+		t.typ, t.mode = typ, modeEncode
+	}
+	if tc.nFallbk > 0 {
+		j.warnf("%d of %d tensor(s) required fallback quantization", tc.nFallbk, len(ts))
+	}
+	return nil
 }
 
 // What follows chooses each tensor's type as llama-quantize does without an

@@ -138,16 +138,7 @@ func TestWriteQuantModel(t *testing.T) {
 // file, so the per-tensor types, the quantised bytes, the metadata and the
 // layout all agree. With -short only Q2_K and Q4_K_M are checked.
 func TestQuantizeKQuantsMatchLlamaCpp(t *testing.T) {
-	sums, err := os.ReadFile(filepath.Join(testdata, "grok-quant", "SHA256SUMS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
-		if f := strings.Fields(line); len(f) == 2 {
-			want[f[1]] = f[0]
-		}
-	}
+	want := readSums(t)
 	dir := t.TempDir()
 	checked := 0
 	for _, m := range quantModels {
@@ -187,5 +178,130 @@ func TestQuantizeKQuantsMatchLlamaCpp(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("nothing checked")
+	}
+}
+
+// Quantize with SplitMaxBytes writes the shards llama-gguf-split
+// --split-max-size 1M writes for llama-quantize's output.
+func TestQuantizeSplitMatchesGGUFSplit(t *testing.T) {
+	sums := readSums(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "in.gguf")
+	if err := writeQuantModel(src, quantModels[0]); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "grok-quant-e8-Q4_K_M-split.gguf")
+	res, err := Quantize(context.Background(), src, dst, FtypeQ4_K_M, QuantizeOptions{SplitMaxBytes: 1e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Files) != 3 {
+		t.Fatalf("wrote %q, want 3 shards", res.Files)
+	}
+	for i, p := range res.Files {
+		name := fmt.Sprintf("grok-quant-e8-Q4_K_M-split-%05d-of-00003.gguf", i+1)
+		if filepath.Base(p) != name {
+			t.Errorf("shard %d is %s, want %s", i, p, name)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(b)); got != sums[name] {
+			t.Errorf("%s: SHA-256 %s, llama-gguf-split's %s", name, got, sums[name])
+		}
+	}
+	if _, err := gguf.OpenModel(res.Files[0]); err != nil {
+		t.Errorf("the shards do not open as one model: %v", err)
+	}
+	// Shards named like the input are refused before anything is written.
+	in := filepath.Join(dir, "m-00001-of-00002.gguf")
+	if err := os.Rename(src, in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Quantize(context.Background(), in, filepath.Join(dir, "m.gguf"), FtypeQ4_0, QuantizeOptions{SplitMaxBytes: 1e6}); err == nil || !strings.Contains(err.Error(), "overwrite the input") {
+		t.Errorf("shards over the input: %v", err)
+	}
+}
+
+func readSums(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testdata, "grok-quant", "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			sums[f[1]] = f[0]
+		}
+	}
+	return sums
+}
+
+func TestParseSplitSize(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want int64
+	}{{"1M", 1e6}, {"500M", 5e8}, {"4G", 4e9}, {"0M", 0}, {"-1G", 0}, {"1", 0}, {"1K", 0}, {"1.5G", 0}, {"M", 0}, {"", 0}, {"1m", 0}, {"99999999999999G", 0}} {
+		got, err := ParseSplitSize(c.s)
+		if (err == nil) != (c.want > 0) || got != c.want {
+			t.Errorf("ParseSplitSize(%q) = %d, %v; want %d", c.s, got, err, c.want)
+		}
+	}
+}
+
+// Convert to a mixture writes the tensors Convert to F32 followed by
+// Quantize (which is llama-quantize) writes: the same type and bytes for
+// every tensor, the same file type, the same fallbacks. Sources: xAI int8,
+// hpcai safetensors (BF16) and an F32 GGUF.
+func TestConvertMixtureMatchesQuantize(t *testing.T) {
+	fx := getFixtures(t)
+	for _, src := range []string{filepath.Join(testdata, "xai-ckpt-tiny"), fx.stBF16, fx.gguf} {
+		f32, _ := convertTo(t, src, Options{Type: F32})
+		for _, typ := range []Type{Q4_K_M, Q2_K, Q4_0, Q6_K} {
+			t.Run(filepath.Base(src)+"/"+typ.String(), func(t *testing.T) {
+				ft, _ := typ.ftype()
+				ref := filepath.Join(t.TempDir(), "ref.gguf")
+				qres, err := Quantize(context.Background(), f32, ref, ft, QuantizeOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, res := convertTo(t, src, Options{Type: typ})
+				fallbacks := func(ws []string) (n int) {
+					for _, w := range ws {
+						if strings.Contains(w, "falling back") {
+							n++
+						}
+					}
+					return n
+				}
+				if res.FileType != uint32(ft) || fallbacks(res.Warnings) != fallbacks(qres.Warnings) {
+					t.Errorf("file type %d, %d fallbacks; Quantize: %d, %d", res.FileType, fallbacks(res.Warnings), qres.FileType, fallbacks(qres.Warnings))
+				}
+				g, w := openGGUF(t, got), openGGUF(t, ref)
+				if len(g.Tensors) != len(w.Tensors) {
+					t.Fatalf("%d tensors, Quantize %d", len(g.Tensors), len(w.Tensors))
+				}
+				kinds := map[gguf.GGMLType]int{}
+				for _, wi := range w.Tensors {
+					gi, ok := g.Info(wi.Name)
+					if !ok || gi.Type != wi.Type || !equalDims(gi.Dims, wi.Dims) {
+						t.Errorf("%s: %+v, Quantize %v %v", wi.Name, gi, wi.Type, wi.Dims)
+						continue
+					}
+					gb, _ := g.TensorBytes(wi.Name)
+					wb, _ := w.TensorBytes(wi.Name)
+					if string(gb) != string(wb) {
+						t.Errorf("%s (%v): bytes differ from Quantize's", wi.Name, wi.Type)
+					}
+					kinds[wi.Type]++
+				}
+				if v, _ := g.Get("general.quantization_version"); v.Data != uint32(QuantizationVersion) {
+					t.Errorf("general.quantization_version = %v", v.Data)
+				}
+				t.Logf("types %v", kinds)
+			})
+		}
 	}
 }

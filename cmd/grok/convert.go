@@ -38,7 +38,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("convert", convertUsage, stderr)
 	in := fs.String("i", "", "source model: a GGUF file, an xAI checkpoint folder, or safetensors (file, index or folder)")
 	out := fs.String("o", "", "output GGUF file (written to a temporary file and renamed when complete)")
-	typeName := fs.String("type", "keep", "tensor type: f32, f16, bf16, q8_0, or keep (each tensor's own type; xAI int8 → Q8_0 exactly); norms and router always F32")
+	typeName := fs.String("type", "keep", "tensor type: f32, f16, bf16, q8_0, keep (each tensor's own type; xAI int8 → Q8_0 exactly), or a llama-quantize mixture (q4_0 … q6_k, q4_k_m, …: each matrix typed by llama-quantize's rules); norms and router always F32")
 	tok := fs.String("tokenizer", "", "vocabulary to embed instead of the source's: a tokenizer.model, or a GGUF to copy it from")
 	preset := fs.String("preset", "", "config preset for an xAI checkpoint without config.json (grok-1)")
 	name := fs.String("name", "", "general.name (default: the source GGUF's, else the source's file or folder name)")
@@ -97,9 +97,16 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 func runQuantize(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("quantize", quantizeUsage, stderr)
 	verbose := fs.Bool("v", false, "print progress per tensor (the default when stderr is a terminal)")
+	split := fs.String("split-max-size", "", "write gguf-split shards OUT-00001-of-0000N.gguf of at most N[M|G] bytes of tensor data each, as llama-gguf-split does")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	var maxBytes int64
+	if *split != "" {
+		if maxBytes, err = convert.ParseSplitSize(*split); err != nil {
+			return usagef("--split-max-size: %v", err)
+		}
 	}
 	if len(pos) < 2 {
 		return usagef("IN.gguf and OUT.gguf are required")
@@ -113,9 +120,10 @@ func runQuantize(args []string, stdout, stderr io.Writer) error {
 			return usagef("%v", err)
 		}
 	}
-	opt := convert.QuantizeOptions{Warn: func(s string) { fmt.Fprintf(stderr, "grok quantize: warning: %s\n", s) }}
+	opt := convert.QuantizeOptions{Warn: func(s string) { fmt.Fprintf(stderr, "grok quantize: warning: %s\n", s) }, SplitMaxBytes: maxBytes}
 	if *verbose || convertProgressWanted(stderr) {
 		opt.Progress = stderr
+		fmt.Fprintf(stderr, "quantizing %s to %s, type %v\n", pos[0], pos[1], typ)
 	}
 	ctx, stop := convertSignalContext()
 	defer stop()
@@ -124,7 +132,11 @@ func runQuantize(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	convertReport(stderr, pos[1], res, time.Since(start))
+	out := pos[1]
+	if len(res.Files) > 1 {
+		out = fmt.Sprintf("%s … %s (%d shards)", res.Files[0], res.Files[len(res.Files)-1], len(res.Files))
+	}
+	convertReport(stderr, out, res, time.Since(start))
 	return nil
 }
 

@@ -27,7 +27,7 @@ func TestConvertCommandErrors(t *testing.T) {
 		{[]string{"convert"}, 2, "-i SRC is required"},
 		{[]string{"convert", "-i", tiny}, 2, "-o DST.gguf is required"},
 		{[]string{"convert", "-o", out}, 2, "-i SRC is required"},
-		{[]string{"convert", "-i", tiny, "-o", out, "--type", "q4_k"}, 2, `unknown type "q4_k"`},
+		{[]string{"convert", "-i", tiny, "-o", out, "--type", "iq2_xxs"}, 2, `unknown type "iq2_xxs"`},
 		{[]string{"convert", "-i", tiny, "-o", out, "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"convert", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"convert", "-i", "/nonexistent/model", "-o", out}, 1, "no such file"},
@@ -45,6 +45,8 @@ func TestConvertCommandErrors(t *testing.T) {
 		{[]string{"quantize", tiny, out, "q8_0", "x"}, 2, `unexpected argument "x"`},
 		{[]string{"quantize", "main.go", out}, 1, "not a GGUF file"},
 		{[]string{"quantize", tiny, filepath.Join(dir, "missing", "out.gguf")}, 1, "output folder"},
+		{[]string{"quantize", "--split-max-size", "1K", tiny, out}, 2, "supported units are M"},
+		{[]string{"quantize", "--split-max-size", "0M", tiny, out}, 2, "positive whole number"},
 	} {
 		_, e, code := grok(t, tc.args...)
 		if code != tc.code || !strings.Contains(e, tc.want) {
@@ -101,5 +103,44 @@ func TestQuantizeCommand(t *testing.T) {
 	want, _ := os.ReadFile(tinyQ8Ref)
 	if !bytes.Equal(got, want) {
 		t.Error("grok quantize output differs from llama-quantize's")
+	}
+
+	// K-quant mixtures and gguf-split shards, with progress on stderr.
+	dir := t.TempDir()
+	_, e, code := grok(t, "quantize", "-v", "--split-max-size", "1M", tiny, filepath.Join(dir, "t.gguf"), "Q4_K_M")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	for _, w := range []string{"type Q4_K_M", "blk.1.ffn_down_exps.weight", "→ Q8_0", "falling back", "general.file_type 15"} {
+		if !strings.Contains(e, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, e)
+		}
+	}
+	_, e, code = grok(t, "quantize", "--split-max-size", "1M", tiny, filepath.Join(dir, "b.gguf"), "bf16")
+	if code != 0 || !strings.Contains(e, "b-00003-of-00003.gguf (3 shards)") {
+		t.Errorf("exit %d: %s", code, e)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, en := range ents {
+		names = append(names, en.Name())
+	}
+	if strings.Join(names, " ") != "b-00001-of-00003.gguf b-00002-of-00003.gguf b-00003-of-00003.gguf t-00001-of-00001.gguf" {
+		t.Errorf("files %q", names)
+	}
+	if o, e, code := grok(t, "inspect", "-m", filepath.Join(dir, "b-00001-of-00003.gguf")); code != 0 || !strings.Contains(o, "BF16") {
+		t.Errorf("inspect shards: exit %d: %s %s", code, o, e)
+	}
+}
+
+// grok convert --type takes llama-quantize's mixture names.
+func TestConvertCommandMixture(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "k.gguf")
+	_, e, code := grok(t, "convert", "-i", xaiTiny, "-o", out, "--type", "q4_k_m", "--tokenizer", tiny)
+	if code != 0 || !strings.Contains(e, "general.file_type 15") {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	if o, e, code := grok(t, "inspect", "-m", out); code != 0 || !strings.Contains(o, "Q5_0") {
+		t.Errorf("inspect: exit %d: %s %s", code, o, e)
 	}
 }

@@ -3,7 +3,8 @@
 # quantises each to every ftype, and the sums of its outputs are recorded.
 #
 # Usage: testdata/grok-quant/make.sh [WORKDIR]   (default /tmp/grok-quant)
-# Environment: LLAMA_QUANTIZE, the llama-quantize binary (default: on PATH).
+# Environment: LLAMA_QUANTIZE, the llama-quantize binary (default: on PATH);
+# LLAMA_GGUF_SPLIT, llama-gguf-split (default: beside llama-quantize).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -19,4 +20,8 @@ for m in e8 e2; do
 		sha256sum "grok-quant-$m-$ft.gguf" >>SHA256SUMS
 	done
 done
+# gguf-split shards of one output, for --split-max-size.
+gs=${LLAMA_GGUF_SPLIT:-$(dirname "$(command -v "$lq")")/llama-gguf-split}
+"$gs" --split --split-max-size 1M grok-quant-e8-Q4_K_M.gguf grok-quant-e8-Q4_K_M-split >split.log 2>&1
+sha256sum grok-quant-e8-Q4_K_M-split-*-of-*.gguf >>SHA256SUMS
 cp SHA256SUMS "$here/SHA256SUMS"
