@@ -29,6 +29,7 @@ var goldenQuantTypes = []struct {
 }{
 	{Q4_0, 2}, {Q4_1, 3}, {Q5_0, 6}, {Q5_1, 7}, {Q8_0, 8},
 	{Q2_K, 10}, {Q3_K, 11}, {Q4_K, 12}, {Q5_K, 13}, {Q6_K, 14},
+	{IQ4_NL, 20}, {IQ4_XS, 23},
 }
 
 // goldenQuantInput makes the rows, deterministically and with integer
@@ -194,7 +195,7 @@ func TestQuantizeRowRefuses(t *testing.T) {
 		dst  int
 	}{
 		{"plain type", F16, 32, 64},
-		{"i-quant", IQ2_XXS, 256, 66},
+		{"i-quant that needs an importance matrix", IQ2_XXS, 256, 66},
 		{"partial legacy block", Q4_0, 48, 27},
 		{"partial super-block", Q4_K, 128, 72},
 		{"short destination", Q6_K, 256, 209},

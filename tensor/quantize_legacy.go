@@ -25,6 +25,9 @@ var blockQuantizers = [...]func(x []float32, y []byte){
 	Q4_K: quantQ4_K,
 	Q5_K: quantQ5_K,
 	Q6_K: quantQ6_K,
+
+	IQ4_NL: quantIQ4_NL,
+	IQ4_XS: quantIQ4_XS,
 }
 
 // CanQuantize reports whether QuantizeRow encodes type t.
@@ -33,9 +36,10 @@ func CanQuantize(t DType) bool {
 }
 
 // QuantizeRow encodes src as the block-quantised type t into dst, which must
-// be exactly the bytes those elements occupy. The bytes equal what ggml's
-// quantize_row_*_ref (ggml_quantize_chunk with no importance matrix)
-// writes for the same floats. It does not allocate.
+// be exactly the bytes those elements occupy. The bytes equal what
+// ggml_quantize_chunk writes for the same floats with no importance matrix
+// (quantize_row_*_ref; quantize_iq4_nl and quantize_iq4_xs for the two
+// i-quants it handles). It does not allocate.
 func QuantizeRow(t DType, src []float32, dst []byte) error {
 	if !CanQuantize(t) {
 		return fmt.Errorf("tensor: cannot quantise to %v", t)
