@@ -59,14 +59,17 @@ const (
 	Q5_K_S
 	Q5_K_M
 	Q6_K
+	IQ4_NL
+	IQ4_XS
 )
 
 var typeNames = [...]string{Keep: "keep", F32: "f32", F16: "f16", BF16: "bf16", Q8_0: "q8_0",
 	Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1", Q2_K: "q2_k", Q3_K_S: "q3_k_s", Q3_K_M: "q3_k_m",
-	Q3_K_L: "q3_k_l", Q4_K_S: "q4_k_s", Q4_K_M: "q4_k_m", Q5_K_S: "q5_k_s", Q5_K_M: "q5_k_m", Q6_K: "q6_k"}
+	Q3_K_L: "q3_k_l", Q4_K_S: "q4_k_s", Q4_K_M: "q4_k_m", Q5_K_S: "q5_k_s", Q5_K_M: "q5_k_m", Q6_K: "q6_k",
+	IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs"}
 
 // TypeNames lists the names ParseType accepts, for usage messages.
-const TypeNames = "f32|f16|bf16|q8_0|keep|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k_s|q3_k_m|q3_k_l|q4_k_s|q4_k_m|q5_k_s|q5_k_m|q6_k"
+const TypeNames = "f32|f16|bf16|q8_0|keep|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k_s|q3_k_m|q3_k_l|q4_k_s|q4_k_m|q5_k_s|q5_k_m|q6_k|iq4_nl|iq4_xs"
 
 // String returns the type's name as the command line spells it.
 func (t Type) String() string {

@@ -66,6 +66,8 @@ const (
 	FtypeQ5_K_S Ftype = 16
 	FtypeQ5_K_M Ftype = 17
 	FtypeQ6_K   Ftype = 18
+	FtypeIQ4_NL Ftype = 25
+	FtypeIQ4_XS Ftype = 30
 	FtypeBF16   Ftype = 32
 )
 
@@ -89,6 +91,8 @@ var ftypes = []struct {
 	{FtypeQ5_K_S, "Q5_K_S", tensor.Q5_K},
 	{FtypeQ5_K_M, "Q5_K_M", tensor.Q5_K},
 	{FtypeQ6_K, "Q6_K", tensor.Q6_K},
+	{FtypeIQ4_NL, "IQ4_NL", tensor.IQ4_NL},
+	{FtypeIQ4_XS, "IQ4_XS", tensor.IQ4_XS},
 	{FtypeQ8_0, "Q8_0", tensor.Q8_0},
 	{FtypeF16, "F16", tensor.F16},
 	{FtypeBF16, "BF16", tensor.BF16},
@@ -96,7 +100,7 @@ var ftypes = []struct {
 }
 
 // QuantizeTypeNames lists the type names ParseQuantizeType accepts.
-const QuantizeTypeNames = "q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, q8_0, f16, bf16, f32"
+const QuantizeTypeNames = "q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, q8_0, f16, bf16, f32"
 
 // String returns llama-quantize's name of the ftype (Q4_K_M, …).
 func (f Ftype) String() string {
@@ -525,8 +529,8 @@ func (c *typeChooser) choose(name string, ne0 int64) (tensor.DType, string, erro
 }
 
 // mixture is llama_tensor_get_type_impl, restricted to the ftypes Quantize
-// accepts (the i-quant, TQ and MXFP4 branches never fire for them) and to
-// no importance matrix.
+// accepts (the branches of the i-quants that need an importance matrix, TQ
+// and MXFP4 never fire for them) and to no importance matrix.
 func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DType, error) {
 	ft, p := c.ft, c.p
 	cat := categoryOf(name)
@@ -552,6 +556,8 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 				t = tensor.Q5_K
 			}
 		case ft == FtypeQ3_K_L:
+			t = tensor.Q5_K
+		case (ft == FtypeIQ4_NL || ft == FtypeIQ4_XS) && p.nGQA >= 4:
 			t = tensor.Q5_K
 		case (ft == FtypeQ4_K_M || ft == FtypeQ5_K_M) && useMoreBits(c.iAttnV, c.nAttnV):
 			t = tensor.Q6_K
@@ -603,6 +609,8 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 			} else if useMoreBits(i, n) {
 				t = tensor.Q6_K
 			}
+		case i < n/8 && (ft == FtypeIQ4_NL || ft == FtypeIQ4_XS): // without an importance matrix
+			t = tensor.Q5_K
 		case ft == FtypeQ5_K_M && useMoreBits(i, n):
 			t = tensor.Q6_K
 		case ft == FtypeQ4_K_S && !p.falcon && i < n/8:
@@ -617,7 +625,7 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 			}
 		case p.nExpert == 8:
 			switch ft {
-			case FtypeQ2_K, FtypeQ3_K_S, FtypeQ3_K_M, FtypeQ4_K_S, FtypeQ4_K_M:
+			case FtypeQ2_K, FtypeQ3_K_S, FtypeQ3_K_M, FtypeQ4_K_S, FtypeQ4_K_M, FtypeIQ4_NL, FtypeIQ4_XS:
 				t = tensor.Q5_K
 			}
 		default:
@@ -654,6 +662,8 @@ func (c *typeChooser) fallback(t tensor.DType, name string, ne0 int64) (tensor.D
 	c.nFallbk++
 	r := t
 	switch t {
+	case tensor.IQ4_XS:
+		r = tensor.IQ4_NL
 	case tensor.Q2_K, tensor.Q3_K:
 		r = tensor.Q4_0
 	case tensor.Q4_K:

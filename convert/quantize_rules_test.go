@@ -102,6 +102,23 @@ func TestQuantTypeRules(t *testing.T) {
 		{"grok Q5_K_S", FtypeQ5_K_S, grok1, grok(FtypeQ5_K_S, Q5_K, same(Q5_K), Q5_K)},
 		{"grok Q5_K_M", FtypeQ5_K_M, grok1, grok(FtypeQ5_K_M, Q5_K, moreBits(Q6_K, Q5_K), Q5_K)},
 		{"grok Q6_K", FtypeQ6_K, grok1, grok(FtypeQ6_K, Q6_K, same(Q6_K), Q6_K)},
+		{"grok IQ4_NL", FtypeIQ4_NL, grok1, grok(FtypeIQ4_NL, tensor.IQ4_NL, func(l int) tensor.DType {
+			if l < 8 {
+				return Q5_K
+			}
+			return tensor.IQ4_NL
+		}, Q5_K)},
+		{"grok IQ4_XS", FtypeIQ4_XS, grok1, grok(FtypeIQ4_XS, tensor.IQ4_XS, func(l int) tensor.DType {
+			if l < 8 {
+				return Q5_K
+			}
+			return tensor.IQ4_XS
+		}, Q5_K)},
+		{"GQA 4 IQ4_XS, fallback", FtypeIQ4_XS, gqa4, []ruleStep{
+			{"blk.0.attn_v.weight", 256, Q5_K}, {"blk.0.attn_output.weight", 256, tensor.IQ4_XS},
+			{"blk.0.attn_q.weight", 128, tensor.IQ4_NL}, {"blk.0.attn_k.weight", 48, F16},
+		}},
+		{"dense IQ4_NL", FtypeIQ4_NL, dense, []ruleStep{{"blk.0.attn_v.weight", 256, tensor.IQ4_NL}}},
 		{"grok Q8_0", FtypeQ8_0, grok1, cat(head(6144, Q8_0, Q8_0), grokLayers(6144, all, func(string, int) tensor.DType { return Q8_0 }))},
 		{"F16 has no mixture", FtypeF16, grok1, cat(head(6144, F16, F16), grokLayers(100, []int{0}, func(string, int) tensor.DType { return F16 }))},
 

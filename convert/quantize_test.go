@@ -137,7 +137,7 @@ func TestQuantizeErrors(t *testing.T) {
 		"BF16": FtypeBF16, "32": FtypeBF16, "q4_k_m": FtypeQ4_K_M, "Q4_K": FtypeQ4_K_M, "15": FtypeQ4_K_M, "q3_k": FtypeQ3_K_M,
 		"Q5_K": FtypeQ5_K_M, "q2_k": FtypeQ2_K, "10": FtypeQ2_K, "Q4_0": FtypeQ4_0, "2": FtypeQ4_0, "q5_1": FtypeQ5_1, "9": FtypeQ5_1,
 		"q3_k_s": FtypeQ3_K_S, "q3_k_l": FtypeQ3_K_L, "q4_k_s": FtypeQ4_K_S, "q5_k_s": FtypeQ5_K_S, "q6_k": FtypeQ6_K, "18": FtypeQ6_K,
-		"f32": FtypeF32, "0": FtypeF32} {
+		"f32": FtypeF32, "0": FtypeF32, "iq4_nl": FtypeIQ4_NL, "IQ4_XS": FtypeIQ4_XS, "30": FtypeIQ4_XS} {
 		if got, err := ParseQuantizeType(s); err != nil || got != want {
 			t.Errorf("ParseQuantizeType(%q) = %v, %v", s, got, err)
 		}

@@ -15,7 +15,7 @@ mkdir -p "$work"
 cd "$work"
 : >SHA256SUMS
 for m in e8 e2; do
-	for ft in Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K Q8_0; do
+	for ft in Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS Q8_0; do
 		"$lq" "grok-quant-$m-f32.gguf" "grok-quant-$m-$ft.gguf" "$ft" 1 >"grok-quant-$m-$ft.log" 2>&1
 		sha256sum "grok-quant-$m-$ft.gguf" >>SHA256SUMS
 	done
