@@ -194,6 +194,9 @@ type outTensor struct {
 	mats  []matrix
 	mode  writeMode
 	from  string // the source's type and layout, for progress lines
+	// validate checks the encoded rows as llama-quantize does
+	// (ggml_validate_row_data), failing on Inf or NaN values or scales.
+	validate bool
 
 	// A tensor copied as it is, of any ggml type (Quantize leaves such
 	// tensors alone, as llama-quantize does): raw is set, mats unused.
@@ -264,6 +267,11 @@ func (j *job) write(t *outTensor, w io.Writer) error {
 						buf := j.f32[r0*m.in : r1*m.in]
 						if errs[p] = m.rows(buf, j.raw[r0*m.in*es:], o+r0, r1-r0); errs[p] == nil {
 							enc, errs[p] = tensor.EncodeRow(enc, t.typ, buf)
+							if errs[p] == nil && t.validate {
+								if err := tensor.ValidateRow(t.typ, enc); err != nil {
+									errs[p] = fmt.Errorf("tensor %s: quantized data validation failed: %w", t.name, err)
+								}
+							}
 						}
 					}
 					j.enc[p] = enc

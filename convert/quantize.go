@@ -321,7 +321,7 @@ func (j *job) quantizePlan(f *gguf.File, ft Ftype) (*gguf.Writer, []*outTensor, 
 		in := t.Shape[len(t.Shape)-1]
 		rb, _ := t.Type.RowBytes(in)
 		ts = append(ts, &outTensor{name: ti.Name, typ: typ, shape: t.Shape, mode: modeEncode, from: t.Type.String(),
-			mats: []matrix{{typ: t.Type, out: len(t.Data) / rb, in: in, data: t.Data}}})
+			mats: []matrix{{typ: t.Type, out: len(t.Data) / rb, in: in, data: t.Data}}, validate: true})
 	}
 	if tc.nFallbk > 0 {
 		j.warnf("%d of %d tensor(s) required fallback quantization", tc.nFallbk, len(infos))
@@ -373,7 +373,7 @@ func (j *job) applyMixture(ts []*outTensor, ft Ftype, c *model.Config) error {
 		if warn != "" {
 			j.warnf("%s", warn)
 		}
-		t.typ, t.mode = typ, modeEncode
+		t.typ, t.mode, t.validate = typ, modeEncode, true
 	}
 	if tc.nFallbk > 0 {
 		j.warnf("%d of %d tensor(s) required fallback quantization", tc.nFallbk, len(ts))

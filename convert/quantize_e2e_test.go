@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -302,6 +303,36 @@ func TestConvertMixtureMatchesQuantize(t *testing.T) {
 				}
 				t.Logf("types %v", kinds)
 			})
+		}
+	}
+}
+
+// Values whose scales overflow fp16 (or Inf and NaN) fail the
+// quantisation, as llama-quantize's ggml_validate_row_data makes it fail,
+// and leave no file.
+func TestQuantizeValidates(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		v  float32
+		ft Ftype
+	}{{1e9, FtypeQ4_K_M}, {1e9, FtypeQ8_0}, {1e6, FtypeF16}, {float32(math.Inf(1)), FtypeQ4_0}, {float32(math.NaN()), FtypeBF16}} {
+		w := gguf.NewWriter()
+		w.AddKV("general.architecture", "grok")
+		x := make([]float32, 2*256)
+		x[300] = c.v
+		data, _ := tensor.EncodeRow(nil, tensor.F32, x)
+		w.AddTensor("blk.0.attn_q.weight", tensor.F32, []int{2, 256}, data)
+		src := filepath.Join(dir, "in.gguf")
+		if err := w.WriteFile(src); err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(dir, "out.gguf")
+		_, err := Quantize(context.Background(), src, dst, c.ft, QuantizeOptions{})
+		if err == nil || !strings.Contains(err.Error(), "blk.0.attn_q.weight: quantized data validation failed") {
+			t.Errorf("%v to %v: %v", c.v, c.ft, err)
+		}
+		if _, err := os.Stat(dst); err == nil {
+			t.Errorf("%v to %v: output written", c.v, c.ft)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -235,5 +236,42 @@ func TestEncodeRowQuantizes(t *testing.T) {
 		if rel := math.Sqrt(num / den); rel > 0.5 {
 			t.Errorf("%v: relative RMS error %.3f after a round trip", gt.t, rel)
 		}
+	}
+}
+
+// ValidateRow refuses what ggml_validate_row_data refuses: Inf or NaN
+// values, and scales that overflow fp16.
+func TestValidateRow(t *testing.T) {
+	huge := make([]float32, 256)
+	for i := range huge {
+		huge[i] = float32(i) * 1e7 // scales past 65504
+	}
+	for _, gt := range goldenQuantTypes {
+		rb, _ := gt.t.RowBytes(256)
+		q := make([]byte, rb)
+		if err := QuantizeRow(gt.t, goldenQuantInput()[20*256:21*256], q); err != nil {
+			t.Fatal(err)
+		}
+		if err := ValidateRow(gt.t, q); err != nil {
+			t.Errorf("%v: an ordinary row refused: %v", gt.t, err)
+		}
+		QuantizeRow(gt.t, huge, q)
+		if err := ValidateRow(gt.t, q); err == nil || !strings.Contains(err.Error(), "inf") {
+			t.Errorf("%v: scales past fp16's range: %v", gt.t, err)
+		}
+	}
+	for _, c := range []struct {
+		t    DType
+		v    float32
+		want string
+	}{{F32, float32(math.Inf(1)), "inf"}, {F32, float32(math.NaN()), "nan"}, {F16, 1e5, "inf"}, {BF16, float32(math.NaN()), "nan"}, {F16, 1, ""}} {
+		b, _ := EncodeRow(nil, c.t, []float32{0, c.v})
+		err := ValidateRow(c.t, b)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want+" at block 1")) {
+			t.Errorf("%v %v: %v, want %q", c.t, c.v, err, c.want)
+		}
+	}
+	if err := ValidateRow(Q4_0, make([]byte, 17)); err == nil {
+		t.Error("a partial block accepted")
 	}
 }

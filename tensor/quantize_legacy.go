@@ -205,3 +205,58 @@ func quantQ5_1(x []float32, y []byte) {
 	}
 	binary.LittleEndian.PutUint32(y[4:], qh)
 }
+
+// halfFields are the byte offsets in one block of the fp16 scales that
+// ggml_validate_row_data checks (d, and m or dmin).
+var halfFields = map[DType][]int{
+	Q8_0: {0}, Q4_0: {0}, Q5_0: {0}, IQ4_NL: {0}, IQ4_XS: {0},
+	Q4_1: {0, 2}, Q5_1: {0, 2}, Q4_K: {0, 2}, Q5_K: {0, 2},
+	Q2_K: {80, 82}, Q3_K: {108}, Q6_K: {208},
+}
+
+// ValidateRow checks encoded data of type t as ggml_validate_row_data does,
+// the check llama-quantize runs on everything it quantises: no Inf or NaN
+// among the values of F32, F16 and BF16 data, nor among the fp16 scales of
+// the block types QuantizeRow writes. data must be whole elements or blocks.
+func ValidateRow(t DType, data []byte) error {
+	bb := t.BlockBytes()
+	if bb == 0 || len(data)%bb != 0 {
+		return fmt.Errorf("tensor: %d bytes are not whole %v blocks", len(data), t)
+	}
+	bad := func(i int, what string) error {
+		return fmt.Errorf("tensor: %v data has %s at block %d", t, what, i)
+	}
+	switch t {
+	case F32:
+		for i := 0; i < len(data); i += 4 {
+			if b := binary.LittleEndian.Uint32(data[i:]) & 0x7fffffff; b >= 0x7f800000 {
+				return bad(i/4, map[bool]string{true: "inf", false: "nan"}[b == 0x7f800000])
+			}
+		}
+	case F16:
+		for i := 0; i < len(data); i += 2 {
+			if h := binary.LittleEndian.Uint16(data[i:]) & 0x7fff; h >= 0x7c00 {
+				return bad(i/2, map[bool]string{true: "inf", false: "nan"}[h == 0x7c00])
+			}
+		}
+	case BF16:
+		for i := 0; i < len(data); i += 2 {
+			if h := binary.LittleEndian.Uint16(data[i:]) & 0x7fff; h >= 0x7f80 {
+				return bad(i/2, map[bool]string{true: "inf", false: "nan"}[h == 0x7f80])
+			}
+		}
+	default:
+		offs, ok := halfFields[t]
+		if !ok {
+			return fmt.Errorf("tensor: cannot validate %v", t)
+		}
+		for i := 0; i < len(data)/bb; i++ {
+			for _, o := range offs {
+				if h := binary.LittleEndian.Uint16(data[i*bb+o:]) & 0x7fff; h >= 0x7c00 {
+					return bad(i, map[bool]string{true: "inf", false: "nan"}[h == 0x7c00])
+				}
+			}
+		}
+	}
+	return nil
+}
