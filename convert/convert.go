@@ -106,21 +106,6 @@ func (t Type) dtype() tensor.DType {
 	return tensor.F32
 }
 
-// LlamaFileType returns llama.cpp's general.file_type code (enum
-// llama_ftype) for a file whose large tensors are of type dt:
-// ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32.
-func LlamaFileType(dt tensor.DType) uint32 {
-	switch dt {
-	case tensor.F16:
-		return 1
-	case tensor.Q8_0:
-		return 7
-	case tensor.BF16:
-		return 32
-	}
-	return 0
-}
-
 // QuantizationVersion is ggml's GGML_QNT_VERSION, which llama.cpp writes as
 // general.quantization_version into quantised files.
 const QuantizationVersion = 2
@@ -357,12 +342,6 @@ func (j *job) addTensors(w *gguf.Writer, ts []*outTensor) {
 	}
 }
 
-// keepsF32 reports whether a tensor stays F32 whatever the type asked for:
-// norms and the router, which llama.cpp's converter never quantises.
-func keepsF32(name string) bool {
-	return strings.HasSuffix(name, "_norm.weight") || strings.HasSuffix(name, ".ffn_gate_inp.weight")
-}
-
 // describe names a source's type and layout for progress lines.
 func describe(m *matrix) string {
 	s := m.typ.String()
@@ -378,7 +357,7 @@ func (j *job) choose(t *outTensor, want Type) error {
 	src := m0.typ
 	t.from = describe(m0)
 	switch {
-	case keepsF32(t.name) || len(t.shape) == 1:
+	case loader.KeepsF32(t.name) || len(t.shape) == 1:
 		t.typ = tensor.F32
 	case want != Keep:
 		t.typ = want.dtype()
@@ -560,7 +539,7 @@ func fileType(ts []*outTensor, want Type) tensor.DType {
 	count := map[tensor.DType]int64{}
 	best := tensor.F32
 	for _, t := range ts {
-		if keepsF32(t.name) {
+		if loader.KeepsF32(t.name) {
 			continue
 		}
 		for _, m := range t.mats {
@@ -622,7 +601,7 @@ func Convert(ctx context.Context, m *loader.Model, dst string, opt Options) (*Re
 	if quantised {
 		kvs = append(kvs, kv{Key: "general.quantization_version", Value: uint32(QuantizationVersion)})
 	}
-	j.res.FileType = LlamaFileType(ft)
+	j.res.FileType = loader.FileType(ft)
 	if isMixture {
 		j.res.FileType = uint32(mixture)
 	}

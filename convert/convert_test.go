@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"github.com/grok-go/grok/internal/testmodel"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/grok-go/grok/internal/testmodel"
 
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/internal/fixtures"
@@ -164,7 +165,7 @@ func TestConvertMetadata(t *testing.T) {
 			}
 			// Norms and the router stay F32 whatever the type.
 			for _, ti := range g.Tensors {
-				if keepsF32(ti.Name) && ti.Type != gguf.GGMLTypeF32 {
+				if loader.KeepsF32(ti.Name) && ti.Type != gguf.GGMLTypeF32 {
 					t.Errorf("%s is %v", ti.Name, ti.Type)
 				}
 			}

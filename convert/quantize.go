@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
 )
@@ -363,7 +364,7 @@ func (j *job) applyMixture(ts []*outTensor, ft Ftype, c *model.Config) error {
 		for i, d := range t.shape {
 			dims[len(dims)-1-i] = int64(d)
 		}
-		if t.raw != nil || keepsF32(t.name) || !quantizes(&gguf.TensorInfo{Name: t.name, Dims: dims}) {
+		if t.raw != nil || loader.KeepsF32(t.name) || !quantizes(&gguf.TensorInfo{Name: t.name, Dims: dims}) {
 			continue
 		}
 		typ, warn, err := tc.choose(t.name, dims[0])

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/tensor"
 )
 
@@ -46,7 +47,7 @@ func TestQuantizeMatchesLlamaCpp(t *testing.T) {
 		}
 		if wi.Type == gguf.GGMLTypeQ8_0 {
 			q8++
-		} else if wi.Type != gguf.GGMLTypeF32 || !keepsF32(wi.Name) {
+		} else if wi.Type != gguf.GGMLTypeF32 || !loader.KeepsF32(wi.Name) {
 			t.Errorf("%s: %v", wi.Name, wi.Type)
 		}
 	}
@@ -87,7 +88,7 @@ func TestQuantizeTypes(t *testing.T) {
 		g := openGGUF(t, dst)
 		for _, ti := range g.Tensors {
 			want := tc.ggml
-			if keepsF32(ti.Name) {
+			if loader.KeepsF32(ti.Name) {
 				want = gguf.GGMLTypeF32
 			}
 			if ti.Type != want {
@@ -96,7 +97,7 @@ func TestQuantizeTypes(t *testing.T) {
 			}
 			x, _ := in.Tensor(ti.Name)
 			v, _ := x.Float32s()
-			enc, _ := tensor.EncodeRow(nil, map[bool]tensor.DType{true: tensor.F32, false: tc.typ}[keepsF32(ti.Name)], v)
+			enc, _ := tensor.EncodeRow(nil, map[bool]tensor.DType{true: tensor.F32, false: tc.typ}[loader.KeepsF32(ti.Name)], v)
 			got, _ := g.TensorBytes(ti.Name)
 			if !bytes.Equal(got, enc) {
 				t.Errorf("%v: %s: bytes differ from the rounded source", tc.typ, ti.Name)

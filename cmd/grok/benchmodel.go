@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
 )
@@ -87,10 +88,6 @@ var benchConfigs = map[string]model.Config{
 	},
 }
 
-// fileTypes maps a weight type to llama.cpp's general.file_type
-// (LLAMA_FTYPE_ALL_F32, MOSTLY_F16, MOSTLY_Q8_0).
-var fileTypes = map[tensor.DType]uint32{tensor.F32: 0, tensor.F16: 1, tensor.Q8_0: 7}
-
 // makeBenchModel writes a random model of config name to path with its
 // matrices in dt, as reference-figures.md describes the "medium" model:
 // embeddings N(0, (1/embedding_multiplier)²), matrices N(0, 1/fan_in), norm
@@ -109,46 +106,23 @@ func makeBenchModel(path, config string, dt tensor.DType, layers int, seed uint6
 	if layers > 0 {
 		c.NumLayers = layers
 	}
-	ft, ok := fileTypes[dt]
-	if !ok {
+	if dt != tensor.F32 && dt != tensor.F16 && dt != tensor.Q8_0 {
 		return usagef("--type must be f32, f16 or q8_0, not %v", dt)
 	}
+	ft := loader.FileType(dt)
 	w := gguf.NewWriter()
-	u32 := func(v int) uint32 { return uint32(v) }
-	for _, kv := range []struct {
-		k string
-		v any
-	}{
-		{"general.architecture", "grok"},
-		{"general.name", "grok-bench-" + config},
-		{"general.file_type", ft},
-		{"grok.vocab_size", u32(c.VocabSize)},
-		{"grok.context_length", u32(c.SequenceLen)},
-		{"grok.embedding_length", u32(c.EmbSize)},
-		{"grok.block_count", u32(c.NumLayers)},
-		{"grok.feed_forward_length", u32(c.FFNSize)},
-		{"grok.expert_feed_forward_length", u32(c.FFNSize)},
-		{"grok.attention.head_count", u32(c.NumQHeads)},
-		{"grok.attention.head_count_kv", u32(c.NumKVHeads)},
-		{"grok.attention.key_length", u32(c.KeySize)},
-		{"grok.attention.value_length", u32(c.KeySize)},
-		{"grok.rope.dimension_count", u32(c.KeySize)},
-		{"grok.rope.freq_base", c.RopeBase},
-		{"grok.attention.layer_norm_rms_epsilon", c.RMSEps},
-		{"grok.expert_count", u32(c.NumExperts)},
-		{"grok.expert_used_count", u32(c.NumSelectedExperts)},
-		{"grok.embedding_scale", c.EmbeddingMultiplierScale},
-		{"grok.logit_scale", c.OutputMultiplierScale},
-		{"grok.attention.output_scale", c.AttnOutputMultiplier},
-		{"grok.attn_logit_softcapping", c.AttnLogitCap},
-		{"grok.router_logit_softcapping", float32(30)},
+	kvs := append(loader.GGUFMetadata("grok-bench-"+config, &c),
+		loader.MetaKV{Key: "general.file_type", Value: ft},
 		// No vocabulary: llama.cpp's "none" model makes dummy tokens, and
 		// the benchmark feeds token ids.
-		{"tokenizer.ggml.model", "none"},
-		{"tokenizer.ggml.padding_token_id", u32(c.PadToken)},
-		{"tokenizer.ggml.eos_token_id", u32(c.EOSToken)},
-	} {
-		if err := w.AddKV(kv.k, kv.v); err != nil {
+		loader.MetaKV{Key: "tokenizer.ggml.model", Value: "none"},
+		loader.MetaKV{Key: "tokenizer.ggml.padding_token_id", Value: uint32(c.PadToken)},
+		loader.MetaKV{Key: "tokenizer.ggml.eos_token_id", Value: uint32(c.EOSToken)})
+	if dt == tensor.Q8_0 {
+		kvs = append(kvs, loader.MetaKV{Key: "general.quantization_version", Value: uint32(2)})
+	}
+	for _, kv := range kvs {
+		if err := w.AddKV(kv.Key, kv.Value); err != nil {
 			return err
 		}
 	}
