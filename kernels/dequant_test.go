@@ -109,3 +109,91 @@ func f32OfDecoded(t *testing.T, m *Mat) Mat {
 	}
 	return F32Mat(vals, m.Out, m.In, false)
 }
+
+// dqTypes are the block types with dequantisers, with the byte offsets of
+// their fp16 scales in a block.
+var dqTypes = []struct {
+	dt     tensor.DType
+	scales []int
+}{
+	{tensor.Q4_0, []int{0}}, {tensor.Q4_1, []int{0, 2}}, {tensor.Q5_0, []int{0}}, {tensor.Q5_1, []int{0, 2}},
+	{tensor.Q2_K, []int{80, 82}}, {tensor.Q3_K, []int{108}}, {tensor.Q4_K, []int{0, 2}}, {tensor.Q5_K, []int{0, 2}},
+	{tensor.Q6_K, []int{208}}, {tensor.IQ4_NL, []int{0}}, {tensor.IQ4_XS, []int{0}},
+}
+
+// extremeHalves are fp16 scales at the edges: signed zeros, subnormals,
+// the largest finite values, infinities and NaNs.
+var extremeHalves = []uint16{0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe00}
+
+// randDQBlocks returns nb random blocks of dt whose scales are, half of the
+// time each, one of extremeHalves.
+func randDQBlocks(rng *rand.Rand, dt tensor.DType, scales []int, nb int) []byte {
+	bb := dt.BlockBytes()
+	src := make([]byte, nb*bb)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	for b := 0; b < nb; b++ {
+		for _, o := range scales {
+			if rng.IntN(2) == 0 {
+				h := extremeHalves[rng.IntN(len(extremeHalves))]
+				src[b*bb+o], src[b*bb+o+1] = byte(h), byte(h>>8)
+			}
+		}
+	}
+	return src
+}
+
+// sameBits reports whether a and b have the same bits, any NaN equal to
+// any other (a NaN scale's payload is not specified).
+func sameBits(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
+// checkDequant runs level ks's dequantiser of dt over src and compares it
+// with tensor.DequantizeRow, and that it writes nothing past its blocks.
+func checkDequant(t *testing.T, ks *kernelSet, dt tensor.DType, src []byte) {
+	t.Helper()
+	nb := len(src) / dt.BlockBytes()
+	want := make([]float32, nb*dt.BlockSize())
+	if err := tensor.DequantizeRow(dt, src, want); err != nil {
+		t.Fatal(err)
+	}
+	const sentinel = 12345
+	got := make([]float32, len(want)+16)
+	for i := range got {
+		got[i] = sentinel
+	}
+	ks.dequant[dqKind(dt)].call(&got[0], &src[0], nb)
+	for i, w := range want {
+		if !sameBits(got[i], w) {
+			t.Fatalf("%v, %d blocks: element %d is %g (%#x), DequantizeRow gives %g (%#x)", dt, nb, i, got[i], math.Float32bits(got[i]), w, math.Float32bits(w))
+		}
+	}
+	for i, v := range got[len(want):] {
+		if v != sentinel {
+			t.Fatalf("%v, %d blocks: wrote %g %d elements past the end", dt, nb, v, i+1)
+		}
+	}
+}
+
+// Every level's dequantisers decode random blocks, extreme scales
+// included, to DequantizeRow's bits.
+func TestDequantKernelsEqualDequantizeRow(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		ks := active
+		if ks == nil {
+			t.Skip("the Go level is DequantizeRow itself")
+		}
+		rng := rand.New(rand.NewPCG(8, 9))
+		for _, c := range dqTypes {
+			if ks.dequant == nil || ks.dequant[dqKind(c.dt)] == 0 {
+				t.Errorf("%v has no dequantiser at this level", c.dt)
+				continue
+			}
+			for trial := 0; trial < 300; trial++ {
+				checkDequant(t, ks, c.dt, randDQBlocks(rng, c.dt, c.scales, 1+rng.IntN(9)))
+			}
+		}
+	})
+}

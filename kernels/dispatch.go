@@ -1,6 +1,10 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/grok-go/grok/tensor"
+)
 
 // The SIMD kernels are chosen once at start-up from what the CPU and the
 // operating system support (cpu_amd64.go); tests switch between all the
@@ -52,7 +56,56 @@ type (
 	// addScaledKernel: d[i] += sc[i]·a[i], product and sum each rounded,
 	// over n vectors: (d, sc, a *float32, n int).
 	addScaledKernel uint16
+	// dequantKernel decodes n whole blocks of its type at src into float32
+	// at dst, with tensor.DequantizeRow's bits: (dst *float32, src *byte,
+	// n int).
+	dequantKernel uint16
 )
+
+// Block types with dequantisers (dequantKernel), in the generator's order.
+const (
+	dqQ4_0 = iota
+	dqQ4_1
+	dqQ5_0
+	dqQ5_1
+	dqQ2_K
+	dqQ3_K
+	dqQ4_K
+	dqQ5_K
+	dqQ6_K
+	dqIQ4_NL
+	dqIQ4_XS
+	numDQ
+)
+
+// dqKind returns t's dequantiser index, or -1 if it has none.
+func dqKind(t tensor.DType) int {
+	switch t {
+	case tensor.Q4_0:
+		return dqQ4_0
+	case tensor.Q4_1:
+		return dqQ4_1
+	case tensor.Q5_0:
+		return dqQ5_0
+	case tensor.Q5_1:
+		return dqQ5_1
+	case tensor.Q2_K:
+		return dqQ2_K
+	case tensor.Q3_K:
+		return dqQ3_K
+	case tensor.Q4_K:
+		return dqQ4_K
+	case tensor.Q5_K:
+		return dqQ5_K
+	case tensor.Q6_K:
+		return dqQ6_K
+	case tensor.IQ4_NL:
+		return dqIQ4_NL
+	case tensor.IQ4_XS:
+		return dqIQ4_XS
+	}
+	return -1
+}
 
 // Weight kinds of the float kernels, in the generator's order.
 const (
@@ -99,6 +152,9 @@ type kernelSet struct {
 	inout *[wkI8 + 1]inoutFamily
 	quant quantKernel
 	vec   *vecKernels
+	// dequant decodes blocks for dequantMatMul; a zero entry (or a nil
+	// table) leaves the type to tensor.DecodeRow.
+	dequant *[numDQ]dequantKernel
 }
 
 // active is the kernel set in use; nil means the pure-Go reference.

@@ -255,9 +255,7 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 		kc := k1 - k0
 		for r := 0; r < R; r++ {
 			row := m.Data[(r0+r)*rb:]
-			if err := tensor.DecodeRow(w[r*kc:(r+1)*kc], m.Type, row[weightOffset(m.Type, k0):]); err != nil {
-				panic(err) // unreachable: Validate checked the sizes
-			}
+			ks.decodeBlocks(w[r*kc:(r+1)*kc], m.Type, row[weightOffset(m.Type, k0):])
 		}
 		steps := kc / fam.E
 		kt := k0 + steps*fam.E
@@ -279,6 +277,23 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 			}
 		}
 	})
+}
+
+// decodeBlocks decodes len(dst) elements, whole blocks of type t, from the
+// front of src with the level's dequantiser, or tensor.DecodeRow where it
+// has none.
+func (ks *kernelSet) decodeBlocks(dst []float32, t tensor.DType, src []byte) {
+	if k := dqKind(t); k >= 0 && ks != nil && ks.dequant != nil && ks.dequant[k] != 0 && len(dst) > 0 {
+		nb := len(dst) / t.BlockSize()
+		src = src[:nb*t.BlockBytes()] // bounds checked here: the kernel reads exactly these
+		if nb*t.BlockSize() == len(dst) {
+			ks.dequant[k].call(&dst[0], &src[0], nb)
+			return
+		}
+	}
+	if err := tensor.DecodeRow(dst, t, src); err != nil {
+		panic(err) // unreachable: Validate checked the sizes
+	}
 }
 
 // intMatMul is MatMulRows over Q8_0 or [out, in] I8 weights with int8

@@ -4,6 +4,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"syscall"
 	"testing"
@@ -81,4 +82,38 @@ func TestKernelsStayInBounds(t *testing.T) {
 		})
 		restore()
 	}
+}
+
+// The dequantisers read no byte past the last block they are given, and
+// neither does a product of a matrix of their types whose data ends at a
+// guard page.
+func TestDequantKernelsStayInBounds(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		ks := active
+		rng := rand.New(rand.NewPCG(9, 9))
+		for _, c := range dqTypes {
+			if ks != nil {
+				for nb := 1; nb <= 3; nb++ {
+					src, free := guarded(t, randDQBlocks(rng, c.dt, c.scales, nb))
+					checkDequant(t, ks, c.dt, src)
+					free()
+				}
+			}
+			in := 2 * max(c.dt.BlockSize(), 32)
+			m := randBlockMat(t, rng, c.dt, 5, in)
+			ref := f32OfDecoded(t, &m)
+			data, free := guarded(t, m.Data)
+			m.Data = data
+			x := randInputs(rng, 1, in)
+			got, want := make([]float32, 5), make([]float32, 5)
+			MatMul(got, x, 1, &m)
+			MatMul(want, x, 1, &ref)
+			free()
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%v: element %d is %g, the F32 matrix gives %g", c.dt, i, got[i], want[i])
+				}
+			}
+		}
+	})
 }

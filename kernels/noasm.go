@@ -34,3 +34,5 @@ func (softcapKernel) call(x *float32, n int, mult, m2c, c float32) { panic(noKer
 const noKernels = "kernels: built without assembly"
 
 func (addScaledKernel) call(d, sc, a *float32, n int) { panic(noKernels) }
+
+func (dequantKernel) call(dst *float32, src *byte, n int) { panic(noKernels) }

@@ -297,6 +297,61 @@ func softcap_AVX2(x *float32, n int, mult float32, m2c float32, c float32)
 //go:noescape
 func addScaled_AVX2(d *float32, sc *float32, a *float32, n int)
 
+// dequantQ4_0_AVX2 decodes n blocks of Q4_0 at src (18 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ4_0_AVX2(dst *float32, src *byte, n int)
+
+// dequantQ4_1_AVX2 decodes n blocks of Q4_1 at src (20 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ4_1_AVX2(dst *float32, src *byte, n int)
+
+// dequantQ5_0_AVX2 decodes n blocks of Q5_0 at src (22 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ5_0_AVX2(dst *float32, src *byte, n int)
+
+// dequantQ5_1_AVX2 decodes n blocks of Q5_1 at src (24 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ5_1_AVX2(dst *float32, src *byte, n int)
+
+// dequantQ2_K_AVX2 decodes n blocks of Q2_K at src (84 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ2_K_AVX2(dst *float32, src *byte, n int)
+
+// dequantQ3_K_AVX2 decodes n blocks of Q3_K at src (110 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ3_K_AVX2(dst *float32, src *byte, n int)
+
+// dequantQ4_K_AVX2 decodes n blocks of Q4_K at src (144 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ4_K_AVX2(dst *float32, src *byte, n int)
+
+// dequantQ5_K_AVX2 decodes n blocks of Q5_K at src (176 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ5_K_AVX2(dst *float32, src *byte, n int)
+
+// dequantQ6_K_AVX2 decodes n blocks of Q6_K at src (210 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ6_K_AVX2(dst *float32, src *byte, n int)
+
+// dequantIQ4_NL_AVX2 decodes n blocks of IQ4_NL at src (18 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ4_NL_AVX2(dst *float32, src *byte, n int)
+
+// dequantIQ4_XS_AVX2 decodes n blocks of IQ4_XS at src (136 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ4_XS_AVX2(dst *float32, src *byte, n int)
+
 // quantQ8_AVX512 quantises n blocks of 32 float32s at x to int8 quants at xq (32 bytes a block), scales at dx (8 copies a block) and -128·(sum of each 4 quants) at cr (8 a block).
 //
 //go:noescape
@@ -946,6 +1001,61 @@ func softcap_AVX512(x *float32, n int, mult float32, m2c float32, c float32)
 //
 //go:noescape
 func addScaled_AVX512(d *float32, sc *float32, a *float32, n int)
+
+// dequantQ4_0_AVX512 decodes n blocks of Q4_0 at src (18 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ4_0_AVX512(dst *float32, src *byte, n int)
+
+// dequantQ4_1_AVX512 decodes n blocks of Q4_1 at src (20 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ4_1_AVX512(dst *float32, src *byte, n int)
+
+// dequantQ5_0_AVX512 decodes n blocks of Q5_0 at src (22 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ5_0_AVX512(dst *float32, src *byte, n int)
+
+// dequantQ5_1_AVX512 decodes n blocks of Q5_1 at src (24 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ5_1_AVX512(dst *float32, src *byte, n int)
+
+// dequantQ2_K_AVX512 decodes n blocks of Q2_K at src (84 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ2_K_AVX512(dst *float32, src *byte, n int)
+
+// dequantQ3_K_AVX512 decodes n blocks of Q3_K at src (110 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ3_K_AVX512(dst *float32, src *byte, n int)
+
+// dequantQ4_K_AVX512 decodes n blocks of Q4_K at src (144 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ4_K_AVX512(dst *float32, src *byte, n int)
+
+// dequantQ5_K_AVX512 decodes n blocks of Q5_K at src (176 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ5_K_AVX512(dst *float32, src *byte, n int)
+
+// dequantQ6_K_AVX512 decodes n blocks of Q6_K at src (210 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantQ6_K_AVX512(dst *float32, src *byte, n int)
+
+// dequantIQ4_NL_AVX512 decodes n blocks of IQ4_NL at src (18 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ4_NL_AVX512(dst *float32, src *byte, n int)
+
+// dequantIQ4_XS_AVX512 decodes n blocks of IQ4_XS at src (136 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ4_XS_AVX512(dst *float32, src *byte, n int)
 
 // intQ8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //

@@ -6767,6 +6767,2330 @@ done:
 	VZEROUPPER
 	RET
 
+// func dequantQ4_0_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ4_0_AVX2(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW (CX), X0
+	VCVTPH2PS    X0, Y0
+	VPMOVZXBD    2(CX), Y1
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y2
+	VPSRLD       $0x04, Y1, Y1
+	VPSUBD       AVX2_dqc_8<>+0(SB), Y2, Y2
+	VPSUBD       AVX2_dqc_8<>+0(SB), Y1, Y1
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, 64(AX)
+	VPMOVZXBD    10(CX), Y1
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y2
+	VPSRLD       $0x04, Y1, Y1
+	VPSUBD       AVX2_dqc_8<>+0(SB), Y2, Y2
+	VPSUBD       AVX2_dqc_8<>+0(SB), Y1, Y1
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      Y2, 32(AX)
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, 96(AX)
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX2_dqc_f<>+0(SB)/4, $0x0000000f
+DATA AVX2_dqc_f<>+4(SB)/4, $0x0000000f
+DATA AVX2_dqc_f<>+8(SB)/4, $0x0000000f
+DATA AVX2_dqc_f<>+12(SB)/4, $0x0000000f
+DATA AVX2_dqc_f<>+16(SB)/4, $0x0000000f
+DATA AVX2_dqc_f<>+20(SB)/4, $0x0000000f
+DATA AVX2_dqc_f<>+24(SB)/4, $0x0000000f
+DATA AVX2_dqc_f<>+28(SB)/4, $0x0000000f
+GLOBL AVX2_dqc_f<>(SB), RODATA|NOPTR, $32
+
+DATA AVX2_dqc_8<>+0(SB)/4, $0x00000008
+DATA AVX2_dqc_8<>+4(SB)/4, $0x00000008
+DATA AVX2_dqc_8<>+8(SB)/4, $0x00000008
+DATA AVX2_dqc_8<>+12(SB)/4, $0x00000008
+DATA AVX2_dqc_8<>+16(SB)/4, $0x00000008
+DATA AVX2_dqc_8<>+20(SB)/4, $0x00000008
+DATA AVX2_dqc_8<>+24(SB)/4, $0x00000008
+DATA AVX2_dqc_8<>+28(SB)/4, $0x00000008
+GLOBL AVX2_dqc_8<>(SB), RODATA|NOPTR, $32
+
+// func dequantQ4_1_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ4_1_AVX2(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW (CX), X0
+	VCVTPH2PS    X0, Y0
+	VPBROADCASTW 2(CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    4(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y2, Y3
+	VPSRLD       $0x04, Y2, Y2
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VADDPS       Y1, Y3, Y3
+	VMOVUPS      Y3, (AX)
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VADDPS       Y1, Y2, Y2
+	VMOVUPS      Y2, 64(AX)
+	VPMOVZXBD    12(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y2, Y3
+	VPSRLD       $0x04, Y2, Y2
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VADDPS       Y1, Y3, Y3
+	VMOVUPS      Y3, 32(AX)
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VADDPS       Y1, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	ADDQ         $0x00000014, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ5_0_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ5_0_AVX2(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW (CX), X0
+	VCVTPH2PS    X0, Y0
+	VPBROADCASTD 2(CX), Y1
+	VPMOVZXBD    6(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y2, Y3
+	VPSRLD       $0x04, Y2, Y2
+	VPSRLVD      AVX2_dqshift_0<>+0(SB), Y1, Y4
+	VPSRLVD      AVX2_dqshift_12<>+0(SB), Y1, Y5
+	VPSLLD       $0x04, Y4, Y4
+	VPAND        AVX2_dqc_10<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_10<>+0(SB), Y5, Y4
+	VPOR         Y4, Y2, Y2
+	VPSUBD       AVX2_dqc_10<>+0(SB), Y3, Y3
+	VPSUBD       AVX2_dqc_10<>+0(SB), Y2, Y2
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VMOVUPS      Y3, (AX)
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      Y2, 64(AX)
+	VPMOVZXBD    14(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y2, Y3
+	VPSRLD       $0x04, Y2, Y2
+	VPSRLVD      AVX2_dqshift_8<>+0(SB), Y1, Y4
+	VPSRLVD      AVX2_dqshift_20<>+0(SB), Y1, Y1
+	VPSLLD       $0x04, Y4, Y4
+	VPAND        AVX2_dqc_10<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_10<>+0(SB), Y1, Y1
+	VPOR         Y1, Y2, Y1
+	VPSUBD       AVX2_dqc_10<>+0(SB), Y3, Y2
+	VPSUBD       AVX2_dqc_10<>+0(SB), Y1, Y1
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      Y2, 32(AX)
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, 96(AX)
+	ADDQ         $0x00000016, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX2_dqshift_0<>+0(SB)/4, $0x00000000
+DATA AVX2_dqshift_0<>+4(SB)/4, $0x00000001
+DATA AVX2_dqshift_0<>+8(SB)/4, $0x00000002
+DATA AVX2_dqshift_0<>+12(SB)/4, $0x00000003
+DATA AVX2_dqshift_0<>+16(SB)/4, $0x00000004
+DATA AVX2_dqshift_0<>+20(SB)/4, $0x00000005
+DATA AVX2_dqshift_0<>+24(SB)/4, $0x00000006
+DATA AVX2_dqshift_0<>+28(SB)/4, $0x00000007
+GLOBL AVX2_dqshift_0<>(SB), RODATA|NOPTR, $32
+
+DATA AVX2_dqshift_12<>+0(SB)/4, $0x0000000c
+DATA AVX2_dqshift_12<>+4(SB)/4, $0x0000000d
+DATA AVX2_dqshift_12<>+8(SB)/4, $0x0000000e
+DATA AVX2_dqshift_12<>+12(SB)/4, $0x0000000f
+DATA AVX2_dqshift_12<>+16(SB)/4, $0x00000010
+DATA AVX2_dqshift_12<>+20(SB)/4, $0x00000011
+DATA AVX2_dqshift_12<>+24(SB)/4, $0x00000012
+DATA AVX2_dqshift_12<>+28(SB)/4, $0x00000013
+GLOBL AVX2_dqshift_12<>(SB), RODATA|NOPTR, $32
+
+DATA AVX2_dqc_10<>+0(SB)/4, $0x00000010
+DATA AVX2_dqc_10<>+4(SB)/4, $0x00000010
+DATA AVX2_dqc_10<>+8(SB)/4, $0x00000010
+DATA AVX2_dqc_10<>+12(SB)/4, $0x00000010
+DATA AVX2_dqc_10<>+16(SB)/4, $0x00000010
+DATA AVX2_dqc_10<>+20(SB)/4, $0x00000010
+DATA AVX2_dqc_10<>+24(SB)/4, $0x00000010
+DATA AVX2_dqc_10<>+28(SB)/4, $0x00000010
+GLOBL AVX2_dqc_10<>(SB), RODATA|NOPTR, $32
+
+DATA AVX2_dqshift_8<>+0(SB)/4, $0x00000008
+DATA AVX2_dqshift_8<>+4(SB)/4, $0x00000009
+DATA AVX2_dqshift_8<>+8(SB)/4, $0x0000000a
+DATA AVX2_dqshift_8<>+12(SB)/4, $0x0000000b
+DATA AVX2_dqshift_8<>+16(SB)/4, $0x0000000c
+DATA AVX2_dqshift_8<>+20(SB)/4, $0x0000000d
+DATA AVX2_dqshift_8<>+24(SB)/4, $0x0000000e
+DATA AVX2_dqshift_8<>+28(SB)/4, $0x0000000f
+GLOBL AVX2_dqshift_8<>(SB), RODATA|NOPTR, $32
+
+DATA AVX2_dqshift_20<>+0(SB)/4, $0x00000014
+DATA AVX2_dqshift_20<>+4(SB)/4, $0x00000015
+DATA AVX2_dqshift_20<>+8(SB)/4, $0x00000016
+DATA AVX2_dqshift_20<>+12(SB)/4, $0x00000017
+DATA AVX2_dqshift_20<>+16(SB)/4, $0x00000018
+DATA AVX2_dqshift_20<>+20(SB)/4, $0x00000019
+DATA AVX2_dqshift_20<>+24(SB)/4, $0x0000001a
+DATA AVX2_dqshift_20<>+28(SB)/4, $0x0000001b
+GLOBL AVX2_dqshift_20<>(SB), RODATA|NOPTR, $32
+
+// func dequantQ5_1_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ5_1_AVX2(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW (CX), X0
+	VCVTPH2PS    X0, Y0
+	VPBROADCASTW 2(CX), X1
+	VCVTPH2PS    X1, Y1
+	VPBROADCASTD 4(CX), Y2
+	VPMOVZXBD    8(CX), Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y3, Y4
+	VPSRLD       $0x04, Y3, Y3
+	VPSRLVD      AVX2_dqshift_0<>+0(SB), Y2, Y5
+	VPSRLVD      AVX2_dqshift_12<>+0(SB), Y2, Y6
+	VPSLLD       $0x04, Y5, Y5
+	VPAND        AVX2_dqc_10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y5
+	VPOR         Y5, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y0, Y4, Y4
+	VADDPS       Y1, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VADDPS       Y1, Y3, Y3
+	VMOVUPS      Y3, 64(AX)
+	VPMOVZXBD    16(CX), Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y3, Y4
+	VPSRLD       $0x04, Y3, Y3
+	VPSRLVD      AVX2_dqshift_8<>+0(SB), Y2, Y5
+	VPSRLVD      AVX2_dqshift_20<>+0(SB), Y2, Y2
+	VPSLLD       $0x04, Y5, Y5
+	VPAND        AVX2_dqc_10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPAND        AVX2_dqc_10<>+0(SB), Y2, Y2
+	VPOR         Y2, Y3, Y2
+	VCVTDQ2PS    Y4, Y3
+	VMULPS       Y0, Y3, Y3
+	VADDPS       Y1, Y3, Y3
+	VMOVUPS      Y3, 32(AX)
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VADDPS       Y1, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	ADDQ         $0x00000018, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ2_K_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ2_K_AVX2(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW 80(CX), X0
+	VCVTPH2PS    X0, Y0
+	VPBROADCASTW 82(CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    (CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y2, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VMOVUPS      Y3, (SP)
+	VPSRLD       $0x04, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      Y2, 64(SP)
+	VPMOVZXBD    8(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y2, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VMOVUPS      Y3, 32(SP)
+	VPSRLD       $0x04, Y2, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 96(SP)
+	VPMOVZXBD    16(CX), Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y1
+	VBROADCASTSS (SP), Y2
+	VBROADCASTSS 64(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, (AX)
+	VPSRLD       $0x02, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 8(SP), Y2
+	VBROADCASTSS 72(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 128(AX)
+	VPSRLD       $0x04, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 16(SP), Y2
+	VBROADCASTSS 80(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 256(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VBROADCASTSS 24(SP), Y1
+	VBROADCASTSS 88(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VSUBPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VPMOVZXBD    24(CX), Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y1
+	VBROADCASTSS (SP), Y2
+	VBROADCASTSS 64(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 32(AX)
+	VPSRLD       $0x02, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 8(SP), Y2
+	VBROADCASTSS 72(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 160(AX)
+	VPSRLD       $0x04, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 16(SP), Y2
+	VBROADCASTSS 80(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 288(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VBROADCASTSS 24(SP), Y1
+	VBROADCASTSS 88(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VSUBPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VPMOVZXBD    32(CX), Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y1
+	VBROADCASTSS 4(SP), Y2
+	VBROADCASTSS 68(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 64(AX)
+	VPSRLD       $0x02, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 12(SP), Y2
+	VBROADCASTSS 76(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 192(AX)
+	VPSRLD       $0x04, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 20(SP), Y2
+	VBROADCASTSS 84(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 320(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VBROADCASTSS 28(SP), Y1
+	VBROADCASTSS 92(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VSUBPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VPMOVZXBD    40(CX), Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y1
+	VBROADCASTSS 4(SP), Y2
+	VBROADCASTSS 68(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 96(AX)
+	VPSRLD       $0x02, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 12(SP), Y2
+	VBROADCASTSS 76(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 224(AX)
+	VPSRLD       $0x04, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 20(SP), Y2
+	VBROADCASTSS 84(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 352(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VBROADCASTSS 28(SP), Y1
+	VBROADCASTSS 92(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VSUBPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VPMOVZXBD    48(CX), Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y1
+	VBROADCASTSS 32(SP), Y2
+	VBROADCASTSS 96(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 512(AX)
+	VPSRLD       $0x02, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 40(SP), Y2
+	VBROADCASTSS 104(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 640(AX)
+	VPSRLD       $0x04, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 48(SP), Y2
+	VBROADCASTSS 112(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 768(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VBROADCASTSS 56(SP), Y1
+	VBROADCASTSS 120(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VSUBPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 896(AX)
+	VPMOVZXBD    56(CX), Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y1
+	VBROADCASTSS 32(SP), Y2
+	VBROADCASTSS 96(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 544(AX)
+	VPSRLD       $0x02, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 40(SP), Y2
+	VBROADCASTSS 104(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 672(AX)
+	VPSRLD       $0x04, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 48(SP), Y2
+	VBROADCASTSS 112(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 800(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VBROADCASTSS 56(SP), Y1
+	VBROADCASTSS 120(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VSUBPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 928(AX)
+	VPMOVZXBD    64(CX), Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y1
+	VBROADCASTSS 36(SP), Y2
+	VBROADCASTSS 100(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 576(AX)
+	VPSRLD       $0x02, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 44(SP), Y2
+	VBROADCASTSS 108(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 704(AX)
+	VPSRLD       $0x04, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 52(SP), Y2
+	VBROADCASTSS 116(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 832(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VBROADCASTSS 60(SP), Y1
+	VBROADCASTSS 124(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VSUBPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 960(AX)
+	VPMOVZXBD    72(CX), Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y1
+	VBROADCASTSS 36(SP), Y2
+	VBROADCASTSS 100(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 608(AX)
+	VPSRLD       $0x02, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 44(SP), Y2
+	VBROADCASTSS 108(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 736(AX)
+	VPSRLD       $0x04, Y0, Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y1, Y1
+	VBROADCASTSS 52(SP), Y2
+	VBROADCASTSS 116(SP), Y3
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	VSUBPS       Y3, Y1, Y1
+	VMOVUPS      Y1, 864(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VBROADCASTSS 60(SP), Y1
+	VBROADCASTSS 124(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VSUBPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 992(AX)
+	ADDQ         $0x00000054, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX2_dqc_3<>+0(SB)/4, $0x00000003
+DATA AVX2_dqc_3<>+4(SB)/4, $0x00000003
+DATA AVX2_dqc_3<>+8(SB)/4, $0x00000003
+DATA AVX2_dqc_3<>+12(SB)/4, $0x00000003
+DATA AVX2_dqc_3<>+16(SB)/4, $0x00000003
+DATA AVX2_dqc_3<>+20(SB)/4, $0x00000003
+DATA AVX2_dqc_3<>+24(SB)/4, $0x00000003
+DATA AVX2_dqc_3<>+28(SB)/4, $0x00000003
+GLOBL AVX2_dqc_3<>(SB), RODATA|NOPTR, $32
+
+// func dequantQ3_K_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ3_K_AVX2(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	MOVL         96(CX), BX
+	MOVL         100(CX), SI
+	MOVL         104(CX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHRL         $0x02, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	SHRL         $0x04, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x06, DI
+	ANDL         $0x03030303, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	VMOVD        R8, X0
+	VPINSRD      $0x01, R9, X0, X0
+	VPINSRD      $0x02, BX, X0, X0
+	VPINSRD      $0x03, SI, X0, X0
+	VPBROADCASTW 108(CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y2
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      Y2, (SP)
+	VPSHUFD      $0xee, X0, X0
+	VPMOVZXBD    X0, Y0
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(SP)
+	VPMOVZXBD    32(CX), Y0
+	VPMOVZXBD    (CX), Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y2
+	VPSLLD       $0x02, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS (SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	VPSRLD       $0x02, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSLLD       $0x01, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 8(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 128(AX)
+	VPSRLD       $0x04, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 16(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 256(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VPSRLD       $0x01, Y1, Y1
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y0, Y0
+	VBROADCASTSS 24(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VPMOVZXBD    40(CX), Y0
+	VPMOVZXBD    8(CX), Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y2
+	VPSLLD       $0x02, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS (SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 32(AX)
+	VPSRLD       $0x02, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSLLD       $0x01, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 8(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 160(AX)
+	VPSRLD       $0x04, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 16(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 288(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VPSRLD       $0x01, Y1, Y1
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y0, Y0
+	VBROADCASTSS 24(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VPMOVZXBD    48(CX), Y0
+	VPMOVZXBD    16(CX), Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y2
+	VPSLLD       $0x02, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 4(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 64(AX)
+	VPSRLD       $0x02, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSLLD       $0x01, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 12(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 192(AX)
+	VPSRLD       $0x04, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 20(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 320(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VPSRLD       $0x01, Y1, Y1
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y0, Y0
+	VBROADCASTSS 28(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VPMOVZXBD    56(CX), Y0
+	VPMOVZXBD    24(CX), Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y2
+	VPSLLD       $0x02, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 4(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	VPSRLD       $0x02, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSLLD       $0x01, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 12(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 224(AX)
+	VPSRLD       $0x04, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 20(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 352(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VPSRLD       $0x01, Y1, Y1
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y0, Y0
+	VBROADCASTSS 28(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VPMOVZXBD    64(CX), Y0
+	VPMOVZXBD    (CX), Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y2
+	VPSRLD       $0x02, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 32(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 512(AX)
+	VPSRLD       $0x02, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSRLD       $0x03, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 40(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 640(AX)
+	VPSRLD       $0x04, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSRLD       $0x04, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 48(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 768(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VPSRLD       $0x05, Y1, Y1
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y0, Y0
+	VBROADCASTSS 56(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 896(AX)
+	VPMOVZXBD    72(CX), Y0
+	VPMOVZXBD    8(CX), Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y2
+	VPSRLD       $0x02, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 32(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 544(AX)
+	VPSRLD       $0x02, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSRLD       $0x03, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 40(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 672(AX)
+	VPSRLD       $0x04, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSRLD       $0x04, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 48(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 800(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VPSRLD       $0x05, Y1, Y1
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y0, Y0
+	VBROADCASTSS 56(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 928(AX)
+	VPMOVZXBD    80(CX), Y0
+	VPMOVZXBD    16(CX), Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y2
+	VPSRLD       $0x02, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 36(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 576(AX)
+	VPSRLD       $0x02, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSRLD       $0x03, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 44(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 704(AX)
+	VPSRLD       $0x04, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSRLD       $0x04, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 52(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 832(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VPSRLD       $0x05, Y1, Y1
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y0, Y0
+	VBROADCASTSS 60(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 960(AX)
+	VPMOVZXBD    88(CX), Y0
+	VPMOVZXBD    24(CX), Y1
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y2
+	VPSRLD       $0x02, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 36(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 608(AX)
+	VPSRLD       $0x02, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSRLD       $0x03, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 44(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 736(AX)
+	VPSRLD       $0x04, Y0, Y2
+	VPAND        AVX2_dqc_3<>+0(SB), Y2, Y2
+	VPSRLD       $0x04, Y1, Y3
+	VPAND        AVX2_dqc_4<>+0(SB), Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y2, Y2
+	VBROADCASTSS 52(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 864(AX)
+	VPSRLD       $0x06, Y0, Y0
+	VPAND        AVX2_dqc_3<>+0(SB), Y0, Y0
+	VPSRLD       $0x05, Y1, Y1
+	VPAND        AVX2_dqc_4<>+0(SB), Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VPSUBD       AVX2_dqc_4<>+0(SB), Y0, Y0
+	VBROADCASTSS 60(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 992(AX)
+	ADDQ         $0x0000006e, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX2_dqc_20<>+0(SB)/4, $0x00000020
+DATA AVX2_dqc_20<>+4(SB)/4, $0x00000020
+DATA AVX2_dqc_20<>+8(SB)/4, $0x00000020
+DATA AVX2_dqc_20<>+12(SB)/4, $0x00000020
+DATA AVX2_dqc_20<>+16(SB)/4, $0x00000020
+DATA AVX2_dqc_20<>+20(SB)/4, $0x00000020
+DATA AVX2_dqc_20<>+24(SB)/4, $0x00000020
+DATA AVX2_dqc_20<>+28(SB)/4, $0x00000020
+GLOBL AVX2_dqc_20<>(SB), RODATA|NOPTR, $32
+
+DATA AVX2_dqc_4<>+0(SB)/4, $0x00000004
+DATA AVX2_dqc_4<>+4(SB)/4, $0x00000004
+DATA AVX2_dqc_4<>+8(SB)/4, $0x00000004
+DATA AVX2_dqc_4<>+12(SB)/4, $0x00000004
+DATA AVX2_dqc_4<>+16(SB)/4, $0x00000004
+DATA AVX2_dqc_4<>+20(SB)/4, $0x00000004
+DATA AVX2_dqc_4<>+24(SB)/4, $0x00000004
+DATA AVX2_dqc_4<>+28(SB)/4, $0x00000004
+GLOBL AVX2_dqc_4<>(SB), RODATA|NOPTR, $32
+
+// func dequantQ4_K_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ4_K_AVX2(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	MOVL         4(CX), BX
+	MOVL         8(CX), SI
+	MOVL         12(CX), DI
+	MOVL         DI, R8
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	ANDL         $0x3f3f3f3f, SI
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         BX, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, DI
+	ANDL         $0x3f3f3f3f, BX
+	VMOVD        BX, X0
+	VPINSRD      $0x01, DI, X0, X0
+	VPINSRD      $0x02, SI, X0, X0
+	VPINSRD      $0x03, R8, X0, X0
+	VPBROADCASTW (CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      Y2, (SP)
+	VPSHUFD      $0xee, X0, X0
+	VPBROADCASTW 2(CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(SP)
+	VBROADCASTSS (SP), Y0
+	VBROADCASTSS 32(SP), Y1
+	VBROADCASTSS 4(SP), Y2
+	VBROADCASTSS 36(SP), Y3
+	VPMOVZXBD    16(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, (AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 128(AX)
+	VPMOVZXBD    24(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 32(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 160(AX)
+	VPMOVZXBD    32(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 64(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 192(AX)
+	VPMOVZXBD    40(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 96(AX)
+	VCVTDQ2PS    Y4, Y0
+	VMULPS       Y2, Y0, Y0
+	VSUBPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 224(AX)
+	VBROADCASTSS 8(SP), Y0
+	VBROADCASTSS 40(SP), Y1
+	VBROADCASTSS 12(SP), Y2
+	VBROADCASTSS 44(SP), Y3
+	VPMOVZXBD    48(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 256(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 384(AX)
+	VPMOVZXBD    56(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 288(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 416(AX)
+	VPMOVZXBD    64(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 320(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 448(AX)
+	VPMOVZXBD    72(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 352(AX)
+	VCVTDQ2PS    Y4, Y0
+	VMULPS       Y2, Y0, Y0
+	VSUBPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VBROADCASTSS 16(SP), Y0
+	VBROADCASTSS 48(SP), Y1
+	VBROADCASTSS 20(SP), Y2
+	VBROADCASTSS 52(SP), Y3
+	VPMOVZXBD    80(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 512(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 640(AX)
+	VPMOVZXBD    88(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 544(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 672(AX)
+	VPMOVZXBD    96(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 576(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 704(AX)
+	VPMOVZXBD    104(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 608(AX)
+	VCVTDQ2PS    Y4, Y0
+	VMULPS       Y2, Y0, Y0
+	VSUBPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 736(AX)
+	VBROADCASTSS 24(SP), Y0
+	VBROADCASTSS 56(SP), Y1
+	VBROADCASTSS 28(SP), Y2
+	VBROADCASTSS 60(SP), Y3
+	VPMOVZXBD    112(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 768(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 896(AX)
+	VPMOVZXBD    120(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 800(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 928(AX)
+	VPMOVZXBD    128(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 832(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 960(AX)
+	VPMOVZXBD    136(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 864(AX)
+	VCVTDQ2PS    Y4, Y0
+	VMULPS       Y2, Y0, Y0
+	VSUBPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 992(AX)
+	ADDQ         $0x00000090, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ5_K_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ5_K_AVX2(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	MOVL         4(CX), BX
+	MOVL         8(CX), SI
+	MOVL         12(CX), DI
+	MOVL         DI, R8
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	ANDL         $0x3f3f3f3f, SI
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         BX, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, DI
+	ANDL         $0x3f3f3f3f, BX
+	VMOVD        BX, X0
+	VPINSRD      $0x01, DI, X0, X0
+	VPINSRD      $0x02, SI, X0, X0
+	VPINSRD      $0x03, R8, X0, X0
+	VPBROADCASTW (CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      Y2, (SP)
+	VPSHUFD      $0xee, X0, X0
+	VPBROADCASTW 2(CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(SP)
+	VBROADCASTSS (SP), Y0
+	VBROADCASTSS 32(SP), Y1
+	VBROADCASTSS 4(SP), Y2
+	VBROADCASTSS 36(SP), Y3
+	VPMOVZXBD    48(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    16(CX), Y6
+	VPSLLD       $0x04, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLD       $0x03, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, (AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 128(AX)
+	VPMOVZXBD    56(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    24(CX), Y6
+	VPSLLD       $0x04, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLD       $0x03, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 32(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 160(AX)
+	VPMOVZXBD    64(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    32(CX), Y6
+	VPSLLD       $0x04, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLD       $0x03, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 64(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 192(AX)
+	VPMOVZXBD    72(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    40(CX), Y6
+	VPSLLD       $0x04, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLD       $0x03, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 96(AX)
+	VCVTDQ2PS    Y4, Y0
+	VMULPS       Y2, Y0, Y0
+	VSUBPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 224(AX)
+	VBROADCASTSS 8(SP), Y0
+	VBROADCASTSS 40(SP), Y1
+	VBROADCASTSS 12(SP), Y2
+	VBROADCASTSS 44(SP), Y3
+	VPMOVZXBD    80(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    16(CX), Y6
+	VPSLLD       $0x02, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLD       $0x01, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 256(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 384(AX)
+	VPMOVZXBD    88(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    24(CX), Y6
+	VPSLLD       $0x02, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLD       $0x01, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 288(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 416(AX)
+	VPMOVZXBD    96(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    32(CX), Y6
+	VPSLLD       $0x02, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLD       $0x01, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 320(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 448(AX)
+	VPMOVZXBD    104(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    40(CX), Y6
+	VPSLLD       $0x02, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLD       $0x01, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 352(AX)
+	VCVTDQ2PS    Y4, Y0
+	VMULPS       Y2, Y0, Y0
+	VSUBPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VBROADCASTSS 16(SP), Y0
+	VBROADCASTSS 48(SP), Y1
+	VBROADCASTSS 20(SP), Y2
+	VBROADCASTSS 52(SP), Y3
+	VPMOVZXBD    112(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    16(CX), Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLD       $0x01, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 512(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 640(AX)
+	VPMOVZXBD    120(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    24(CX), Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLD       $0x01, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 544(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 672(AX)
+	VPMOVZXBD    128(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    32(CX), Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLD       $0x01, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 576(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 704(AX)
+	VPMOVZXBD    136(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    40(CX), Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLD       $0x01, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 608(AX)
+	VCVTDQ2PS    Y4, Y0
+	VMULPS       Y2, Y0, Y0
+	VSUBPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 736(AX)
+	VBROADCASTSS 24(SP), Y0
+	VBROADCASTSS 56(SP), Y1
+	VBROADCASTSS 28(SP), Y2
+	VBROADCASTSS 60(SP), Y3
+	VPMOVZXBD    144(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    16(CX), Y6
+	VPSRLD       $0x02, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLD       $0x03, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 768(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 896(AX)
+	VPMOVZXBD    152(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    24(CX), Y6
+	VPSRLD       $0x02, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLD       $0x03, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 800(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 928(AX)
+	VPMOVZXBD    160(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    32(CX), Y6
+	VPSRLD       $0x02, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLD       $0x03, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 832(AX)
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VSUBPS       Y3, Y4, Y4
+	VMOVUPS      Y4, 960(AX)
+	VPMOVZXBD    168(CX), Y4
+	VPAND        AVX2_dqc_f<>+0(SB), Y4, Y5
+	VPSRLD       $0x04, Y4, Y4
+	VPMOVZXBD    40(CX), Y6
+	VPSRLD       $0x02, Y6, Y7
+	VPAND        AVX2_dqc_10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLD       $0x03, Y6, Y6
+	VPAND        AVX2_dqc_10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y0, Y5, Y5
+	VSUBPS       Y1, Y5, Y5
+	VMOVUPS      Y5, 864(AX)
+	VCVTDQ2PS    Y4, Y0
+	VMULPS       Y2, Y0, Y0
+	VSUBPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 992(AX)
+	ADDQ         $0x000000b0, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ6_K_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ6_K_AVX2(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW 208(CX), X0
+	VCVTPH2PS    X0, Y0
+	VPMOVSXBD    192(CX), Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, (SP)
+	VPMOVSXBD    200(CX), Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, 32(SP)
+	VPMOVZXBD    (CX), Y0
+	VPMOVZXBD    32(CX), Y1
+	VPMOVZXBD    128(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y0, Y3
+	VPSLLD       $0x04, Y2, Y4
+	VPAND        AVX2_dqc_30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y4
+	VPSLLD       $0x02, Y2, Y5
+	VPAND        AVX2_dqc_30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSRLD       $0x04, Y0, Y0
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y5
+	VPOR         Y5, Y0, Y0
+	VPSRLD       $0x04, Y1, Y1
+	VPSRLD       $0x02, Y2, Y2
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y2
+	VPOR         Y2, Y1, Y1
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y3, Y2
+	VBROADCASTSS (SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y4, Y2
+	VBROADCASTSS 8(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 128(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VBROADCASTSS 16(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 256(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y1, Y0
+	VBROADCASTSS 24(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VPMOVZXBD    8(CX), Y0
+	VPMOVZXBD    40(CX), Y1
+	VPMOVZXBD    136(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y0, Y3
+	VPSLLD       $0x04, Y2, Y4
+	VPAND        AVX2_dqc_30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y4
+	VPSLLD       $0x02, Y2, Y5
+	VPAND        AVX2_dqc_30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSRLD       $0x04, Y0, Y0
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y5
+	VPOR         Y5, Y0, Y0
+	VPSRLD       $0x04, Y1, Y1
+	VPSRLD       $0x02, Y2, Y2
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y2
+	VPOR         Y2, Y1, Y1
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y3, Y2
+	VBROADCASTSS (SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 32(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y4, Y2
+	VBROADCASTSS 8(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 160(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VBROADCASTSS 16(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 288(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y1, Y0
+	VBROADCASTSS 24(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VPMOVZXBD    16(CX), Y0
+	VPMOVZXBD    48(CX), Y1
+	VPMOVZXBD    144(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y0, Y3
+	VPSLLD       $0x04, Y2, Y4
+	VPAND        AVX2_dqc_30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y4
+	VPSLLD       $0x02, Y2, Y5
+	VPAND        AVX2_dqc_30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSRLD       $0x04, Y0, Y0
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y5
+	VPOR         Y5, Y0, Y0
+	VPSRLD       $0x04, Y1, Y1
+	VPSRLD       $0x02, Y2, Y2
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y2
+	VPOR         Y2, Y1, Y1
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y3, Y2
+	VBROADCASTSS 4(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 64(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y4, Y2
+	VBROADCASTSS 12(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 192(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VBROADCASTSS 20(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 320(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y1, Y0
+	VBROADCASTSS 28(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VPMOVZXBD    24(CX), Y0
+	VPMOVZXBD    56(CX), Y1
+	VPMOVZXBD    152(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y0, Y3
+	VPSLLD       $0x04, Y2, Y4
+	VPAND        AVX2_dqc_30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y4
+	VPSLLD       $0x02, Y2, Y5
+	VPAND        AVX2_dqc_30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSRLD       $0x04, Y0, Y0
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y5
+	VPOR         Y5, Y0, Y0
+	VPSRLD       $0x04, Y1, Y1
+	VPSRLD       $0x02, Y2, Y2
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y2
+	VPOR         Y2, Y1, Y1
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y3, Y2
+	VBROADCASTSS 4(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y4, Y2
+	VBROADCASTSS 12(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 224(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VBROADCASTSS 20(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 352(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y1, Y0
+	VBROADCASTSS 28(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VPMOVZXBD    64(CX), Y0
+	VPMOVZXBD    96(CX), Y1
+	VPMOVZXBD    160(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y0, Y3
+	VPSLLD       $0x04, Y2, Y4
+	VPAND        AVX2_dqc_30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y4
+	VPSLLD       $0x02, Y2, Y5
+	VPAND        AVX2_dqc_30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSRLD       $0x04, Y0, Y0
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y5
+	VPOR         Y5, Y0, Y0
+	VPSRLD       $0x04, Y1, Y1
+	VPSRLD       $0x02, Y2, Y2
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y2
+	VPOR         Y2, Y1, Y1
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y3, Y2
+	VBROADCASTSS 32(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 512(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y4, Y2
+	VBROADCASTSS 40(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 640(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VBROADCASTSS 48(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 768(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y1, Y0
+	VBROADCASTSS 56(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 896(AX)
+	VPMOVZXBD    72(CX), Y0
+	VPMOVZXBD    104(CX), Y1
+	VPMOVZXBD    168(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y0, Y3
+	VPSLLD       $0x04, Y2, Y4
+	VPAND        AVX2_dqc_30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y4
+	VPSLLD       $0x02, Y2, Y5
+	VPAND        AVX2_dqc_30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSRLD       $0x04, Y0, Y0
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y5
+	VPOR         Y5, Y0, Y0
+	VPSRLD       $0x04, Y1, Y1
+	VPSRLD       $0x02, Y2, Y2
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y2
+	VPOR         Y2, Y1, Y1
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y3, Y2
+	VBROADCASTSS 32(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 544(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y4, Y2
+	VBROADCASTSS 40(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 672(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VBROADCASTSS 48(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 800(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y1, Y0
+	VBROADCASTSS 56(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 928(AX)
+	VPMOVZXBD    80(CX), Y0
+	VPMOVZXBD    112(CX), Y1
+	VPMOVZXBD    176(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y0, Y3
+	VPSLLD       $0x04, Y2, Y4
+	VPAND        AVX2_dqc_30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y4
+	VPSLLD       $0x02, Y2, Y5
+	VPAND        AVX2_dqc_30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSRLD       $0x04, Y0, Y0
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y5
+	VPOR         Y5, Y0, Y0
+	VPSRLD       $0x04, Y1, Y1
+	VPSRLD       $0x02, Y2, Y2
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y2
+	VPOR         Y2, Y1, Y1
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y3, Y2
+	VBROADCASTSS 36(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 576(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y4, Y2
+	VBROADCASTSS 44(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 704(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VBROADCASTSS 52(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 832(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y1, Y0
+	VBROADCASTSS 60(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 960(AX)
+	VPMOVZXBD    88(CX), Y0
+	VPMOVZXBD    120(CX), Y1
+	VPMOVZXBD    184(CX), Y2
+	VPAND        AVX2_dqc_f<>+0(SB), Y0, Y3
+	VPSLLD       $0x04, Y2, Y4
+	VPAND        AVX2_dqc_30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPAND        AVX2_dqc_f<>+0(SB), Y1, Y4
+	VPSLLD       $0x02, Y2, Y5
+	VPAND        AVX2_dqc_30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSRLD       $0x04, Y0, Y0
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y5
+	VPOR         Y5, Y0, Y0
+	VPSRLD       $0x04, Y1, Y1
+	VPSRLD       $0x02, Y2, Y2
+	VPAND        AVX2_dqc_30<>+0(SB), Y2, Y2
+	VPOR         Y2, Y1, Y1
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y3, Y2
+	VBROADCASTSS 36(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 608(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y4, Y2
+	VBROADCASTSS 44(SP), Y3
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 736(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y0, Y0
+	VBROADCASTSS 52(SP), Y2
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 864(AX)
+	VPSUBD       AVX2_dqc_20<>+0(SB), Y1, Y0
+	VBROADCASTSS 60(SP), Y1
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 992(AX)
+	ADDQ         $0x000000d2, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX2_dqc_30<>+0(SB)/4, $0x00000030
+DATA AVX2_dqc_30<>+4(SB)/4, $0x00000030
+DATA AVX2_dqc_30<>+8(SB)/4, $0x00000030
+DATA AVX2_dqc_30<>+12(SB)/4, $0x00000030
+DATA AVX2_dqc_30<>+16(SB)/4, $0x00000030
+DATA AVX2_dqc_30<>+20(SB)/4, $0x00000030
+DATA AVX2_dqc_30<>+24(SB)/4, $0x00000030
+DATA AVX2_dqc_30<>+28(SB)/4, $0x00000030
+GLOBL AVX2_dqc_30<>(SB), RODATA|NOPTR, $32
+
+// func dequantIQ4_NL_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantIQ4_NL_AVX2(SB), NOSPLIT, $0-24
+	MOVQ    dst+0(FP), AX
+	MOVQ    src+8(FP), CX
+	MOVQ    n+16(FP), DX
+	VMOVDQU dq_kvalues_iq4nl<>+0(SB), X0
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	VPBROADCASTW (CX), X1
+	VCVTPH2PS    X1, Y1
+	VMOVDQU      2(CX), X2
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X2, X3
+	VPSRLW       $0x04, X2, X2
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X2, X2
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VMOVUPS      Y3, 32(AX)
+	VPSHUFB      X2, X0, X2
+	VPMOVSXBD    X2, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VMOVUPS      Y3, 64(AX)
+	VPSHUFD      $0xee, X2, X2
+	VPMOVSXBD    X2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA dq_kvalues_iq4nl<>+0(SB)/1, $0x81
+DATA dq_kvalues_iq4nl<>+1(SB)/1, $0x98
+DATA dq_kvalues_iq4nl<>+2(SB)/1, $0xad
+DATA dq_kvalues_iq4nl<>+3(SB)/1, $0xbf
+DATA dq_kvalues_iq4nl<>+4(SB)/1, $0xcf
+DATA dq_kvalues_iq4nl<>+5(SB)/1, $0xdd
+DATA dq_kvalues_iq4nl<>+6(SB)/1, $0xea
+DATA dq_kvalues_iq4nl<>+7(SB)/1, $0xf6
+DATA dq_kvalues_iq4nl<>+8(SB)/1, $0x01
+DATA dq_kvalues_iq4nl<>+9(SB)/1, $0x0d
+DATA dq_kvalues_iq4nl<>+10(SB)/1, $0x19
+DATA dq_kvalues_iq4nl<>+11(SB)/1, $0x26
+DATA dq_kvalues_iq4nl<>+12(SB)/1, $0x35
+DATA dq_kvalues_iq4nl<>+13(SB)/1, $0x45
+DATA dq_kvalues_iq4nl<>+14(SB)/1, $0x59
+DATA dq_kvalues_iq4nl<>+15(SB)/1, $0x71
+GLOBL dq_kvalues_iq4nl<>(SB), RODATA|NOPTR, $16
+
+DATA AVX2_dqc_f0f0f0f<>+0(SB)/4, $0x0f0f0f0f
+DATA AVX2_dqc_f0f0f0f<>+4(SB)/4, $0x0f0f0f0f
+DATA AVX2_dqc_f0f0f0f<>+8(SB)/4, $0x0f0f0f0f
+DATA AVX2_dqc_f0f0f0f<>+12(SB)/4, $0x0f0f0f0f
+DATA AVX2_dqc_f0f0f0f<>+16(SB)/4, $0x0f0f0f0f
+DATA AVX2_dqc_f0f0f0f<>+20(SB)/4, $0x0f0f0f0f
+DATA AVX2_dqc_f0f0f0f<>+24(SB)/4, $0x0f0f0f0f
+DATA AVX2_dqc_f0f0f0f<>+28(SB)/4, $0x0f0f0f0f
+GLOBL AVX2_dqc_f0f0f0f<>(SB), RODATA|NOPTR, $32
+
+// func dequantIQ4_XS_AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantIQ4_XS_AVX2(SB), NOSPLIT, $0-24
+	MOVQ    dst+0(FP), AX
+	MOVQ    src+8(FP), CX
+	MOVQ    n+16(FP), DX
+	VMOVDQU dq_kvalues_iq4nl<>+0(SB), X0
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	VPBROADCASTW (CX), X1
+	VCVTPH2PS    X1, Y1
+	MOVWLZX      2(CX), BX
+	MOVBLZX      4(CX), SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Y2
+	VMOVDQU      8(CX), X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      Y5, (AX)
+	VPSHUFD      $0xee, X4, X4
+	VPMOVSXBD    X4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 32(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 64(AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(AX)
+	MOVBLZX      4(CX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x02, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Y2
+	VMOVDQU      24(CX), X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      Y5, 128(AX)
+	VPSHUFD      $0xee, X4, X4
+	VPMOVSXBD    X4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 160(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 192(AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(AX)
+	MOVBLZX      5(CX), SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x04, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Y2
+	VMOVDQU      40(CX), X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      Y5, 256(AX)
+	VPSHUFD      $0xee, X4, X4
+	VPMOVSXBD    X4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 288(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 320(AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(AX)
+	MOVBLZX      5(CX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x06, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Y2
+	VMOVDQU      56(CX), X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      Y5, 384(AX)
+	VPSHUFD      $0xee, X4, X4
+	VPMOVSXBD    X4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 416(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 448(AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(AX)
+	MOVBLZX      6(CX), SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x08, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Y2
+	VMOVDQU      72(CX), X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      Y5, 512(AX)
+	VPSHUFD      $0xee, X4, X4
+	VPMOVSXBD    X4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 544(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 576(AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 608(AX)
+	MOVBLZX      6(CX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x0a, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Y2
+	VMOVDQU      88(CX), X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      Y5, 640(AX)
+	VPSHUFD      $0xee, X4, X4
+	VPMOVSXBD    X4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 672(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 704(AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 736(AX)
+	MOVBLZX      7(CX), SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x0c, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Y2
+	VMOVDQU      104(CX), X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      Y5, 768(AX)
+	VPSHUFD      $0xee, X4, X4
+	VPMOVSXBD    X4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 800(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, 832(AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 864(AX)
+	MOVBLZX      7(CX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	SHRL         $0x0e, BX
+	ANDL         $0x00000003, BX
+	SHLL         $0x04, BX
+	ORL          BX, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Y1
+	VMOVDQU      120(CX), X2
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X2, X3
+	VPSRLW       $0x04, X2, X2
+	VPAND        AVX2_dqc_f0f0f0f<>+0(SB), X2, X2
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVUPS      Y4, 896(AX)
+	VPSHUFD      $0xee, X3, X3
+	VPMOVSXBD    X3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VMOVUPS      Y3, 928(AX)
+	VPSHUFB      X2, X0, X2
+	VPMOVSXBD    X2, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VMOVUPS      Y3, 960(AX)
+	VPSHUFD      $0xee, X2, X2
+	VPMOVSXBD    X2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      Y2, 992(AX)
+	ADDQ         $0x00000088, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func quantQ8_AVX512(x *float32, n int, xq *byte, dx *float32, cr *int32)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL
 TEXT ·quantQ8_AVX512(SB), NOSPLIT, $0-40
@@ -28256,6 +30580,1533 @@ loop:
 	ADDQ    $0x00000040, DX
 	DECQ    BX
 	JNZ     loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ4_0_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F
+TEXT ·dequantQ4_0_AVX512(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW (CX), Y0
+	VCVTPH2PS    Y0, Z0
+	VPMOVZXBD    2(CX), Z1
+	VPANDD       AVX512_dqc_f<>+0(SB), Z1, Z2
+	VPSRLD       $0x04, Z1, Z1
+	VPSUBD       AVX512_dqc_8<>+0(SB), Z2, Z2
+	VPSUBD       AVX512_dqc_8<>+0(SB), Z1, Z1
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      Z2, (AX)
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, 64(AX)
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX512_dqc_f<>+0(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+4(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+8(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+12(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+16(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+20(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+24(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+28(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+32(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+36(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+40(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+44(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+48(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+52(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+56(SB)/4, $0x0000000f
+DATA AVX512_dqc_f<>+60(SB)/4, $0x0000000f
+GLOBL AVX512_dqc_f<>(SB), RODATA|NOPTR, $64
+
+DATA AVX512_dqc_8<>+0(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+4(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+8(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+12(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+16(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+20(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+24(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+28(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+32(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+36(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+40(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+44(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+48(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+52(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+56(SB)/4, $0x00000008
+DATA AVX512_dqc_8<>+60(SB)/4, $0x00000008
+GLOBL AVX512_dqc_8<>(SB), RODATA|NOPTR, $64
+
+// func dequantQ4_1_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F
+TEXT ·dequantQ4_1_AVX512(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW (CX), Y0
+	VCVTPH2PS    Y0, Z0
+	VPBROADCASTW 2(CX), Y1
+	VCVTPH2PS    Y1, Z1
+	VPMOVZXBD    4(CX), Z2
+	VPANDD       AVX512_dqc_f<>+0(SB), Z2, Z3
+	VPSRLD       $0x04, Z2, Z2
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z0, Z3, Z3
+	VADDPS       Z1, Z3, Z3
+	VMOVUPS      Z3, (AX)
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z0, Z2, Z2
+	VADDPS       Z1, Z2, Z2
+	VMOVUPS      Z2, 64(AX)
+	ADDQ         $0x00000014, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ5_0_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F
+TEXT ·dequantQ5_0_AVX512(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW (CX), Y0
+	VCVTPH2PS    Y0, Z0
+	VPBROADCASTD 2(CX), Z1
+	VPMOVZXBD    6(CX), Z2
+	VPANDD       AVX512_dqc_f<>+0(SB), Z2, Z3
+	VPSRLD       $0x04, Z2, Z2
+	VPSRLVD      AVX512_dqshift_0<>+0(SB), Z1, Z4
+	VPSRLVD      AVX512_dqshift_12<>+0(SB), Z1, Z1
+	VPSLLD       $0x04, Z4, Z4
+	VPANDD       AVX512_dqc_10<>+0(SB), Z4, Z4
+	VPORD        Z4, Z3, Z3
+	VPANDD       AVX512_dqc_10<>+0(SB), Z1, Z1
+	VPORD        Z1, Z2, Z1
+	VPSUBD       AVX512_dqc_10<>+0(SB), Z3, Z2
+	VPSUBD       AVX512_dqc_10<>+0(SB), Z1, Z1
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      Z2, (AX)
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, 64(AX)
+	ADDQ         $0x00000016, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX512_dqshift_0<>+0(SB)/4, $0x00000000
+DATA AVX512_dqshift_0<>+4(SB)/4, $0x00000001
+DATA AVX512_dqshift_0<>+8(SB)/4, $0x00000002
+DATA AVX512_dqshift_0<>+12(SB)/4, $0x00000003
+DATA AVX512_dqshift_0<>+16(SB)/4, $0x00000004
+DATA AVX512_dqshift_0<>+20(SB)/4, $0x00000005
+DATA AVX512_dqshift_0<>+24(SB)/4, $0x00000006
+DATA AVX512_dqshift_0<>+28(SB)/4, $0x00000007
+DATA AVX512_dqshift_0<>+32(SB)/4, $0x00000008
+DATA AVX512_dqshift_0<>+36(SB)/4, $0x00000009
+DATA AVX512_dqshift_0<>+40(SB)/4, $0x0000000a
+DATA AVX512_dqshift_0<>+44(SB)/4, $0x0000000b
+DATA AVX512_dqshift_0<>+48(SB)/4, $0x0000000c
+DATA AVX512_dqshift_0<>+52(SB)/4, $0x0000000d
+DATA AVX512_dqshift_0<>+56(SB)/4, $0x0000000e
+DATA AVX512_dqshift_0<>+60(SB)/4, $0x0000000f
+GLOBL AVX512_dqshift_0<>(SB), RODATA|NOPTR, $64
+
+DATA AVX512_dqshift_12<>+0(SB)/4, $0x0000000c
+DATA AVX512_dqshift_12<>+4(SB)/4, $0x0000000d
+DATA AVX512_dqshift_12<>+8(SB)/4, $0x0000000e
+DATA AVX512_dqshift_12<>+12(SB)/4, $0x0000000f
+DATA AVX512_dqshift_12<>+16(SB)/4, $0x00000010
+DATA AVX512_dqshift_12<>+20(SB)/4, $0x00000011
+DATA AVX512_dqshift_12<>+24(SB)/4, $0x00000012
+DATA AVX512_dqshift_12<>+28(SB)/4, $0x00000013
+DATA AVX512_dqshift_12<>+32(SB)/4, $0x00000014
+DATA AVX512_dqshift_12<>+36(SB)/4, $0x00000015
+DATA AVX512_dqshift_12<>+40(SB)/4, $0x00000016
+DATA AVX512_dqshift_12<>+44(SB)/4, $0x00000017
+DATA AVX512_dqshift_12<>+48(SB)/4, $0x00000018
+DATA AVX512_dqshift_12<>+52(SB)/4, $0x00000019
+DATA AVX512_dqshift_12<>+56(SB)/4, $0x0000001a
+DATA AVX512_dqshift_12<>+60(SB)/4, $0x0000001b
+GLOBL AVX512_dqshift_12<>(SB), RODATA|NOPTR, $64
+
+DATA AVX512_dqc_10<>+0(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+4(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+8(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+12(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+16(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+20(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+24(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+28(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+32(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+36(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+40(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+44(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+48(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+52(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+56(SB)/4, $0x00000010
+DATA AVX512_dqc_10<>+60(SB)/4, $0x00000010
+GLOBL AVX512_dqc_10<>(SB), RODATA|NOPTR, $64
+
+// func dequantQ5_1_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F
+TEXT ·dequantQ5_1_AVX512(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW (CX), Y0
+	VCVTPH2PS    Y0, Z0
+	VPBROADCASTW 2(CX), Y1
+	VCVTPH2PS    Y1, Z1
+	VPBROADCASTD 4(CX), Z2
+	VPMOVZXBD    8(CX), Z3
+	VPANDD       AVX512_dqc_f<>+0(SB), Z3, Z4
+	VPSRLD       $0x04, Z3, Z3
+	VPSRLVD      AVX512_dqshift_0<>+0(SB), Z2, Z5
+	VPSRLVD      AVX512_dqshift_12<>+0(SB), Z2, Z2
+	VPSLLD       $0x04, Z5, Z5
+	VPANDD       AVX512_dqc_10<>+0(SB), Z5, Z5
+	VPORD        Z5, Z4, Z4
+	VPANDD       AVX512_dqc_10<>+0(SB), Z2, Z2
+	VPORD        Z2, Z3, Z2
+	VCVTDQ2PS    Z4, Z3
+	VMULPS       Z0, Z3, Z3
+	VADDPS       Z1, Z3, Z3
+	VMOVUPS      Z3, (AX)
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z0, Z2, Z2
+	VADDPS       Z1, Z2, Z2
+	VMOVUPS      Z2, 64(AX)
+	ADDQ         $0x00000018, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ2_K_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F
+TEXT ·dequantQ2_K_AVX512(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW 80(CX), Y0
+	VCVTPH2PS    Y0, Z0
+	VPBROADCASTW 82(CX), Y1
+	VCVTPH2PS    Y1, Z1
+	VPMOVZXBD    (CX), Z2
+	VPANDD       AVX512_dqc_f<>+0(SB), Z2, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z0, Z3, Z3
+	VMOVUPS      Z3, (SP)
+	VPSRLD       $0x04, Z2, Z0
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 64(SP)
+	VPMOVZXBD    16(CX), Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z1
+	VBROADCASTSS (SP), Z2
+	VBROADCASTSS 64(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, (AX)
+	VPSRLD       $0x02, Z0, Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z1, Z1
+	VBROADCASTSS 8(SP), Z2
+	VBROADCASTSS 72(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 128(AX)
+	VPSRLD       $0x04, Z0, Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z1, Z1
+	VBROADCASTSS 16(SP), Z2
+	VBROADCASTSS 80(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 256(AX)
+	VPSRLD       $0x06, Z0, Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z0
+	VBROADCASTSS 24(SP), Z1
+	VBROADCASTSS 88(SP), Z2
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VSUBPS       Z2, Z0, Z0
+	VMOVUPS      Z0, 384(AX)
+	VPMOVZXBD    32(CX), Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z1
+	VBROADCASTSS 4(SP), Z2
+	VBROADCASTSS 68(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 64(AX)
+	VPSRLD       $0x02, Z0, Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z1, Z1
+	VBROADCASTSS 12(SP), Z2
+	VBROADCASTSS 76(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 192(AX)
+	VPSRLD       $0x04, Z0, Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z1, Z1
+	VBROADCASTSS 20(SP), Z2
+	VBROADCASTSS 84(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 320(AX)
+	VPSRLD       $0x06, Z0, Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z0
+	VBROADCASTSS 28(SP), Z1
+	VBROADCASTSS 92(SP), Z2
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VSUBPS       Z2, Z0, Z0
+	VMOVUPS      Z0, 448(AX)
+	VPMOVZXBD    48(CX), Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z1
+	VBROADCASTSS 32(SP), Z2
+	VBROADCASTSS 96(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 512(AX)
+	VPSRLD       $0x02, Z0, Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z1, Z1
+	VBROADCASTSS 40(SP), Z2
+	VBROADCASTSS 104(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 640(AX)
+	VPSRLD       $0x04, Z0, Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z1, Z1
+	VBROADCASTSS 48(SP), Z2
+	VBROADCASTSS 112(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 768(AX)
+	VPSRLD       $0x06, Z0, Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z0
+	VBROADCASTSS 56(SP), Z1
+	VBROADCASTSS 120(SP), Z2
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VSUBPS       Z2, Z0, Z0
+	VMOVUPS      Z0, 896(AX)
+	VPMOVZXBD    64(CX), Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z1
+	VBROADCASTSS 36(SP), Z2
+	VBROADCASTSS 100(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 576(AX)
+	VPSRLD       $0x02, Z0, Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z1, Z1
+	VBROADCASTSS 44(SP), Z2
+	VBROADCASTSS 108(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 704(AX)
+	VPSRLD       $0x04, Z0, Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z1, Z1
+	VBROADCASTSS 52(SP), Z2
+	VBROADCASTSS 116(SP), Z3
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VSUBPS       Z3, Z1, Z1
+	VMOVUPS      Z1, 832(AX)
+	VPSRLD       $0x06, Z0, Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z0
+	VBROADCASTSS 60(SP), Z1
+	VBROADCASTSS 124(SP), Z2
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VSUBPS       Z2, Z0, Z0
+	VMOVUPS      Z0, 960(AX)
+	ADDQ         $0x00000054, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX512_dqc_3<>+0(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+4(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+8(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+12(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+16(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+20(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+24(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+28(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+32(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+36(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+40(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+44(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+48(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+52(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+56(SB)/4, $0x00000003
+DATA AVX512_dqc_3<>+60(SB)/4, $0x00000003
+GLOBL AVX512_dqc_3<>(SB), RODATA|NOPTR, $64
+
+// func dequantQ3_K_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F
+TEXT ·dequantQ3_K_AVX512(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	MOVL         96(CX), BX
+	MOVL         100(CX), SI
+	MOVL         104(CX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHRL         $0x02, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	SHRL         $0x04, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x06, DI
+	ANDL         $0x03030303, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	VMOVD        R8, X0
+	VPINSRD      $0x01, R9, X0, X0
+	VPINSRD      $0x02, BX, X0, X0
+	VPINSRD      $0x03, SI, X0, X0
+	VPBROADCASTW 108(CX), Y1
+	VCVTPH2PS    Y1, Z1
+	VPMOVZXBD    X0, Z0
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z0, Z0
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, (SP)
+	VPMOVZXBD    32(CX), Z0
+	VPMOVZXBD    (CX), Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z2
+	VPSLLD       $0x02, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS (SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, (AX)
+	VPSRLD       $0x02, Z0, Z2
+	VPANDD       AVX512_dqc_3<>+0(SB), Z2, Z2
+	VPSLLD       $0x01, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 8(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 128(AX)
+	VPSRLD       $0x04, Z0, Z2
+	VPANDD       AVX512_dqc_3<>+0(SB), Z2, Z2
+	VPANDD       AVX512_dqc_4<>+0(SB), Z1, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 16(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 256(AX)
+	VPSRLD       $0x06, Z0, Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z0
+	VPSRLD       $0x01, Z1, Z1
+	VPANDD       AVX512_dqc_4<>+0(SB), Z1, Z1
+	VPORD        Z1, Z0, Z0
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z0, Z0
+	VBROADCASTSS 24(SP), Z1
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 384(AX)
+	VPMOVZXBD    48(CX), Z0
+	VPMOVZXBD    16(CX), Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z2
+	VPSLLD       $0x02, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 4(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 64(AX)
+	VPSRLD       $0x02, Z0, Z2
+	VPANDD       AVX512_dqc_3<>+0(SB), Z2, Z2
+	VPSLLD       $0x01, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 12(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 192(AX)
+	VPSRLD       $0x04, Z0, Z2
+	VPANDD       AVX512_dqc_3<>+0(SB), Z2, Z2
+	VPANDD       AVX512_dqc_4<>+0(SB), Z1, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 20(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 320(AX)
+	VPSRLD       $0x06, Z0, Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z0
+	VPSRLD       $0x01, Z1, Z1
+	VPANDD       AVX512_dqc_4<>+0(SB), Z1, Z1
+	VPORD        Z1, Z0, Z0
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z0, Z0
+	VBROADCASTSS 28(SP), Z1
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 448(AX)
+	VPMOVZXBD    64(CX), Z0
+	VPMOVZXBD    (CX), Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z2
+	VPSRLD       $0x02, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 32(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 512(AX)
+	VPSRLD       $0x02, Z0, Z2
+	VPANDD       AVX512_dqc_3<>+0(SB), Z2, Z2
+	VPSRLD       $0x03, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 40(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 640(AX)
+	VPSRLD       $0x04, Z0, Z2
+	VPANDD       AVX512_dqc_3<>+0(SB), Z2, Z2
+	VPSRLD       $0x04, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 48(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 768(AX)
+	VPSRLD       $0x06, Z0, Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z0
+	VPSRLD       $0x05, Z1, Z1
+	VPANDD       AVX512_dqc_4<>+0(SB), Z1, Z1
+	VPORD        Z1, Z0, Z0
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z0, Z0
+	VBROADCASTSS 56(SP), Z1
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 896(AX)
+	VPMOVZXBD    80(CX), Z0
+	VPMOVZXBD    16(CX), Z1
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z2
+	VPSRLD       $0x02, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 36(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 576(AX)
+	VPSRLD       $0x02, Z0, Z2
+	VPANDD       AVX512_dqc_3<>+0(SB), Z2, Z2
+	VPSRLD       $0x03, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 44(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 704(AX)
+	VPSRLD       $0x04, Z0, Z2
+	VPANDD       AVX512_dqc_3<>+0(SB), Z2, Z2
+	VPSRLD       $0x04, Z1, Z3
+	VPANDD       AVX512_dqc_4<>+0(SB), Z3, Z3
+	VPORD        Z3, Z2, Z2
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z2, Z2
+	VBROADCASTSS 52(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 832(AX)
+	VPSRLD       $0x06, Z0, Z0
+	VPANDD       AVX512_dqc_3<>+0(SB), Z0, Z0
+	VPSRLD       $0x05, Z1, Z1
+	VPANDD       AVX512_dqc_4<>+0(SB), Z1, Z1
+	VPORD        Z1, Z0, Z0
+	VPSUBD       AVX512_dqc_4<>+0(SB), Z0, Z0
+	VBROADCASTSS 60(SP), Z1
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 960(AX)
+	ADDQ         $0x0000006e, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX512_dqc_20<>+0(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+4(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+8(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+12(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+16(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+20(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+24(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+28(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+32(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+36(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+40(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+44(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+48(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+52(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+56(SB)/4, $0x00000020
+DATA AVX512_dqc_20<>+60(SB)/4, $0x00000020
+GLOBL AVX512_dqc_20<>(SB), RODATA|NOPTR, $64
+
+DATA AVX512_dqc_4<>+0(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+4(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+8(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+12(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+16(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+20(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+24(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+28(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+32(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+36(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+40(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+44(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+48(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+52(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+56(SB)/4, $0x00000004
+DATA AVX512_dqc_4<>+60(SB)/4, $0x00000004
+GLOBL AVX512_dqc_4<>(SB), RODATA|NOPTR, $64
+
+// func dequantQ4_K_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F, F16C
+TEXT ·dequantQ4_K_AVX512(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	MOVL         4(CX), BX
+	MOVL         8(CX), SI
+	MOVL         12(CX), DI
+	MOVL         DI, R8
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	ANDL         $0x3f3f3f3f, SI
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         BX, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, DI
+	ANDL         $0x3f3f3f3f, BX
+	VMOVD        BX, X0
+	VPINSRD      $0x01, DI, X0, X0
+	VPINSRD      $0x02, SI, X0, X0
+	VPINSRD      $0x03, R8, X0, X0
+	VPBROADCASTW (CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      Y2, (SP)
+	VPSHUFD      $0xee, X0, X0
+	VPBROADCASTW 2(CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(SP)
+	VBROADCASTSS (SP), Z0
+	VBROADCASTSS 32(SP), Z1
+	VBROADCASTSS 4(SP), Z2
+	VBROADCASTSS 36(SP), Z3
+	VPMOVZXBD    16(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, (AX)
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VSUBPS       Z3, Z4, Z4
+	VMOVUPS      Z4, 128(AX)
+	VPMOVZXBD    32(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 64(AX)
+	VCVTDQ2PS    Z4, Z0
+	VMULPS       Z2, Z0, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMOVUPS      Z0, 192(AX)
+	VBROADCASTSS 8(SP), Z0
+	VBROADCASTSS 40(SP), Z1
+	VBROADCASTSS 12(SP), Z2
+	VBROADCASTSS 44(SP), Z3
+	VPMOVZXBD    48(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 256(AX)
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VSUBPS       Z3, Z4, Z4
+	VMOVUPS      Z4, 384(AX)
+	VPMOVZXBD    64(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 320(AX)
+	VCVTDQ2PS    Z4, Z0
+	VMULPS       Z2, Z0, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMOVUPS      Z0, 448(AX)
+	VBROADCASTSS 16(SP), Z0
+	VBROADCASTSS 48(SP), Z1
+	VBROADCASTSS 20(SP), Z2
+	VBROADCASTSS 52(SP), Z3
+	VPMOVZXBD    80(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 512(AX)
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VSUBPS       Z3, Z4, Z4
+	VMOVUPS      Z4, 640(AX)
+	VPMOVZXBD    96(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 576(AX)
+	VCVTDQ2PS    Z4, Z0
+	VMULPS       Z2, Z0, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMOVUPS      Z0, 704(AX)
+	VBROADCASTSS 24(SP), Z0
+	VBROADCASTSS 56(SP), Z1
+	VBROADCASTSS 28(SP), Z2
+	VBROADCASTSS 60(SP), Z3
+	VPMOVZXBD    112(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 768(AX)
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VSUBPS       Z3, Z4, Z4
+	VMOVUPS      Z4, 896(AX)
+	VPMOVZXBD    128(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 832(AX)
+	VCVTDQ2PS    Z4, Z0
+	VMULPS       Z2, Z0, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMOVUPS      Z0, 960(AX)
+	ADDQ         $0x00000090, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ5_K_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F, F16C
+TEXT ·dequantQ5_K_AVX512(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	MOVL         4(CX), BX
+	MOVL         8(CX), SI
+	MOVL         12(CX), DI
+	MOVL         DI, R8
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	ANDL         $0x3f3f3f3f, SI
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         BX, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, DI
+	ANDL         $0x3f3f3f3f, BX
+	VMOVD        BX, X0
+	VPINSRD      $0x01, DI, X0, X0
+	VPINSRD      $0x02, SI, X0, X0
+	VPINSRD      $0x03, R8, X0, X0
+	VPBROADCASTW (CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      Y2, (SP)
+	VPSHUFD      $0xee, X0, X0
+	VPBROADCASTW 2(CX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVZXBD    X0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(SP)
+	VBROADCASTSS (SP), Z0
+	VBROADCASTSS 32(SP), Z1
+	VBROADCASTSS 4(SP), Z2
+	VBROADCASTSS 36(SP), Z3
+	VPMOVZXBD    48(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VPMOVZXBD    16(CX), Z6
+	VPSLLD       $0x04, Z6, Z7
+	VPANDD       AVX512_dqc_10<>+0(SB), Z7, Z7
+	VPORD        Z7, Z5, Z5
+	VPSLLD       $0x03, Z6, Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z6
+	VPORD        Z6, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, (AX)
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VSUBPS       Z3, Z4, Z4
+	VMOVUPS      Z4, 128(AX)
+	VPMOVZXBD    64(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VPMOVZXBD    32(CX), Z6
+	VPSLLD       $0x04, Z6, Z7
+	VPANDD       AVX512_dqc_10<>+0(SB), Z7, Z7
+	VPORD        Z7, Z5, Z5
+	VPSLLD       $0x03, Z6, Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z6
+	VPORD        Z6, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 64(AX)
+	VCVTDQ2PS    Z4, Z0
+	VMULPS       Z2, Z0, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMOVUPS      Z0, 192(AX)
+	VBROADCASTSS 8(SP), Z0
+	VBROADCASTSS 40(SP), Z1
+	VBROADCASTSS 12(SP), Z2
+	VBROADCASTSS 44(SP), Z3
+	VPMOVZXBD    80(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VPMOVZXBD    16(CX), Z6
+	VPSLLD       $0x02, Z6, Z7
+	VPANDD       AVX512_dqc_10<>+0(SB), Z7, Z7
+	VPORD        Z7, Z5, Z5
+	VPSLLD       $0x01, Z6, Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z6
+	VPORD        Z6, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 256(AX)
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VSUBPS       Z3, Z4, Z4
+	VMOVUPS      Z4, 384(AX)
+	VPMOVZXBD    96(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VPMOVZXBD    32(CX), Z6
+	VPSLLD       $0x02, Z6, Z7
+	VPANDD       AVX512_dqc_10<>+0(SB), Z7, Z7
+	VPORD        Z7, Z5, Z5
+	VPSLLD       $0x01, Z6, Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z6
+	VPORD        Z6, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 320(AX)
+	VCVTDQ2PS    Z4, Z0
+	VMULPS       Z2, Z0, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMOVUPS      Z0, 448(AX)
+	VBROADCASTSS 16(SP), Z0
+	VBROADCASTSS 48(SP), Z1
+	VBROADCASTSS 20(SP), Z2
+	VBROADCASTSS 52(SP), Z3
+	VPMOVZXBD    112(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VPMOVZXBD    16(CX), Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z7
+	VPORD        Z7, Z5, Z5
+	VPSRLD       $0x01, Z6, Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z6
+	VPORD        Z6, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 512(AX)
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VSUBPS       Z3, Z4, Z4
+	VMOVUPS      Z4, 640(AX)
+	VPMOVZXBD    128(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VPMOVZXBD    32(CX), Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z7
+	VPORD        Z7, Z5, Z5
+	VPSRLD       $0x01, Z6, Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z6
+	VPORD        Z6, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 576(AX)
+	VCVTDQ2PS    Z4, Z0
+	VMULPS       Z2, Z0, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMOVUPS      Z0, 704(AX)
+	VBROADCASTSS 24(SP), Z0
+	VBROADCASTSS 56(SP), Z1
+	VBROADCASTSS 28(SP), Z2
+	VBROADCASTSS 60(SP), Z3
+	VPMOVZXBD    144(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VPMOVZXBD    16(CX), Z6
+	VPSRLD       $0x02, Z6, Z7
+	VPANDD       AVX512_dqc_10<>+0(SB), Z7, Z7
+	VPORD        Z7, Z5, Z5
+	VPSRLD       $0x03, Z6, Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z6
+	VPORD        Z6, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 768(AX)
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VSUBPS       Z3, Z4, Z4
+	VMOVUPS      Z4, 896(AX)
+	VPMOVZXBD    160(CX), Z4
+	VPANDD       AVX512_dqc_f<>+0(SB), Z4, Z5
+	VPSRLD       $0x04, Z4, Z4
+	VPMOVZXBD    32(CX), Z6
+	VPSRLD       $0x02, Z6, Z7
+	VPANDD       AVX512_dqc_10<>+0(SB), Z7, Z7
+	VPORD        Z7, Z5, Z5
+	VPSRLD       $0x03, Z6, Z6
+	VPANDD       AVX512_dqc_10<>+0(SB), Z6, Z6
+	VPORD        Z6, Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z0, Z5, Z5
+	VSUBPS       Z1, Z5, Z5
+	VMOVUPS      Z5, 832(AX)
+	VCVTDQ2PS    Z4, Z0
+	VMULPS       Z2, Z0, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMOVUPS      Z0, 960(AX)
+	ADDQ         $0x000000b0, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ6_K_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F
+TEXT ·dequantQ6_K_AVX512(SB), NOSPLIT, $128-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VPBROADCASTW 208(CX), Y0
+	VCVTPH2PS    Y0, Z0
+	VPMOVSXBD    192(CX), Z1
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, (SP)
+	VPMOVZXBD    (CX), Z0
+	VPMOVZXBD    32(CX), Z1
+	VPMOVZXBD    128(CX), Z2
+	VPANDD       AVX512_dqc_f<>+0(SB), Z0, Z3
+	VPSLLD       $0x04, Z2, Z4
+	VPANDD       AVX512_dqc_30<>+0(SB), Z4, Z4
+	VPORD        Z4, Z3, Z3
+	VPANDD       AVX512_dqc_f<>+0(SB), Z1, Z4
+	VPSLLD       $0x02, Z2, Z5
+	VPANDD       AVX512_dqc_30<>+0(SB), Z5, Z5
+	VPORD        Z5, Z4, Z4
+	VPSRLD       $0x04, Z0, Z0
+	VPANDD       AVX512_dqc_30<>+0(SB), Z2, Z5
+	VPORD        Z5, Z0, Z0
+	VPSRLD       $0x04, Z1, Z1
+	VPSRLD       $0x02, Z2, Z2
+	VPANDD       AVX512_dqc_30<>+0(SB), Z2, Z2
+	VPORD        Z2, Z1, Z1
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z3, Z2
+	VBROADCASTSS (SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, (AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z4, Z2
+	VBROADCASTSS 8(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 128(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z0, Z0
+	VBROADCASTSS 16(SP), Z2
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z2, Z0, Z0
+	VMOVUPS      Z0, 256(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z1, Z0
+	VBROADCASTSS 24(SP), Z1
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 384(AX)
+	VPMOVZXBD    16(CX), Z0
+	VPMOVZXBD    48(CX), Z1
+	VPMOVZXBD    144(CX), Z2
+	VPANDD       AVX512_dqc_f<>+0(SB), Z0, Z3
+	VPSLLD       $0x04, Z2, Z4
+	VPANDD       AVX512_dqc_30<>+0(SB), Z4, Z4
+	VPORD        Z4, Z3, Z3
+	VPANDD       AVX512_dqc_f<>+0(SB), Z1, Z4
+	VPSLLD       $0x02, Z2, Z5
+	VPANDD       AVX512_dqc_30<>+0(SB), Z5, Z5
+	VPORD        Z5, Z4, Z4
+	VPSRLD       $0x04, Z0, Z0
+	VPANDD       AVX512_dqc_30<>+0(SB), Z2, Z5
+	VPORD        Z5, Z0, Z0
+	VPSRLD       $0x04, Z1, Z1
+	VPSRLD       $0x02, Z2, Z2
+	VPANDD       AVX512_dqc_30<>+0(SB), Z2, Z2
+	VPORD        Z2, Z1, Z1
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z3, Z2
+	VBROADCASTSS 4(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 64(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z4, Z2
+	VBROADCASTSS 12(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 192(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z0, Z0
+	VBROADCASTSS 20(SP), Z2
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z2, Z0, Z0
+	VMOVUPS      Z0, 320(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z1, Z0
+	VBROADCASTSS 28(SP), Z1
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 448(AX)
+	VPMOVZXBD    64(CX), Z0
+	VPMOVZXBD    96(CX), Z1
+	VPMOVZXBD    160(CX), Z2
+	VPANDD       AVX512_dqc_f<>+0(SB), Z0, Z3
+	VPSLLD       $0x04, Z2, Z4
+	VPANDD       AVX512_dqc_30<>+0(SB), Z4, Z4
+	VPORD        Z4, Z3, Z3
+	VPANDD       AVX512_dqc_f<>+0(SB), Z1, Z4
+	VPSLLD       $0x02, Z2, Z5
+	VPANDD       AVX512_dqc_30<>+0(SB), Z5, Z5
+	VPORD        Z5, Z4, Z4
+	VPSRLD       $0x04, Z0, Z0
+	VPANDD       AVX512_dqc_30<>+0(SB), Z2, Z5
+	VPORD        Z5, Z0, Z0
+	VPSRLD       $0x04, Z1, Z1
+	VPSRLD       $0x02, Z2, Z2
+	VPANDD       AVX512_dqc_30<>+0(SB), Z2, Z2
+	VPORD        Z2, Z1, Z1
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z3, Z2
+	VBROADCASTSS 32(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 512(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z4, Z2
+	VBROADCASTSS 40(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 640(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z0, Z0
+	VBROADCASTSS 48(SP), Z2
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z2, Z0, Z0
+	VMOVUPS      Z0, 768(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z1, Z0
+	VBROADCASTSS 56(SP), Z1
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 896(AX)
+	VPMOVZXBD    80(CX), Z0
+	VPMOVZXBD    112(CX), Z1
+	VPMOVZXBD    176(CX), Z2
+	VPANDD       AVX512_dqc_f<>+0(SB), Z0, Z3
+	VPSLLD       $0x04, Z2, Z4
+	VPANDD       AVX512_dqc_30<>+0(SB), Z4, Z4
+	VPORD        Z4, Z3, Z3
+	VPANDD       AVX512_dqc_f<>+0(SB), Z1, Z4
+	VPSLLD       $0x02, Z2, Z5
+	VPANDD       AVX512_dqc_30<>+0(SB), Z5, Z5
+	VPORD        Z5, Z4, Z4
+	VPSRLD       $0x04, Z0, Z0
+	VPANDD       AVX512_dqc_30<>+0(SB), Z2, Z5
+	VPORD        Z5, Z0, Z0
+	VPSRLD       $0x04, Z1, Z1
+	VPSRLD       $0x02, Z2, Z2
+	VPANDD       AVX512_dqc_30<>+0(SB), Z2, Z2
+	VPORD        Z2, Z1, Z1
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z3, Z2
+	VBROADCASTSS 36(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 576(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z4, Z2
+	VBROADCASTSS 44(SP), Z3
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 704(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z0, Z0
+	VBROADCASTSS 52(SP), Z2
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z2, Z0, Z0
+	VMOVUPS      Z0, 832(AX)
+	VPSUBD       AVX512_dqc_20<>+0(SB), Z1, Z0
+	VBROADCASTSS 60(SP), Z1
+	VCVTDQ2PS    Z0, Z0
+	VMULPS       Z1, Z0, Z0
+	VMOVUPS      Z0, 960(AX)
+	ADDQ         $0x000000d2, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX512_dqc_30<>+0(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+4(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+8(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+12(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+16(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+20(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+24(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+28(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+32(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+36(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+40(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+44(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+48(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+52(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+56(SB)/4, $0x00000030
+DATA AVX512_dqc_30<>+60(SB)/4, $0x00000030
+GLOBL AVX512_dqc_30<>(SB), RODATA|NOPTR, $64
+
+// func dequantIQ4_NL_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL
+TEXT ·dequantIQ4_NL_AVX512(SB), NOSPLIT, $0-24
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      n+16(FP), DX
+	VMOVDQU32 dq_kvalues_iq4nl<>+0(SB), X0
+	TESTQ     DX, DX
+	JZ        done
+
+loop:
+	VPBROADCASTW (CX), Y1
+	VCVTPH2PS    Y1, Z1
+	VMOVDQU32    2(CX), X2
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X2, X3
+	VPSRLW       $0x04, X2, X2
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X2, X2
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VMOVUPS      Z3, (AX)
+	VPSHUFB      X2, X0, X2
+	VPMOVSXBD    X2, Z2
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z1, Z2, Z2
+	VMOVUPS      Z2, 64(AX)
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000080, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA AVX512_dqc_f0f0f0f<>+0(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+4(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+8(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+12(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+16(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+20(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+24(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+28(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+32(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+36(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+40(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+44(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+48(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+52(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+56(SB)/4, $0x0f0f0f0f
+DATA AVX512_dqc_f0f0f0f<>+60(SB)/4, $0x0f0f0f0f
+GLOBL AVX512_dqc_f0f0f0f<>(SB), RODATA|NOPTR, $64
+
+// func dequantIQ4_XS_AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL
+TEXT ·dequantIQ4_XS_AVX512(SB), NOSPLIT, $0-24
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      n+16(FP), DX
+	VMOVDQU32 dq_kvalues_iq4nl<>+0(SB), X0
+	TESTQ     DX, DX
+	JZ        done
+
+loop:
+	VPBROADCASTW (CX), Y1
+	VCVTPH2PS    Y1, Z1
+	MOVWLZX      2(CX), BX
+	MOVBLZX      4(CX), SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Z2
+	VMOVDQU32    8(CX), X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Z4
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VMOVUPS      Z4, (AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      Z3, 64(AX)
+	MOVBLZX      4(CX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x02, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Z2
+	VMOVDQU32    24(CX), X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Z4
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VMOVUPS      Z4, 128(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      Z3, 192(AX)
+	MOVBLZX      5(CX), SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x04, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Z2
+	VMOVDQU32    40(CX), X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Z4
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VMOVUPS      Z4, 256(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      Z3, 320(AX)
+	MOVBLZX      5(CX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x06, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Z2
+	VMOVDQU32    56(CX), X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Z4
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VMOVUPS      Z4, 384(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      Z3, 448(AX)
+	MOVBLZX      6(CX), SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x08, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Z2
+	VMOVDQU32    72(CX), X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Z4
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VMOVUPS      Z4, 512(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      Z3, 576(AX)
+	MOVBLZX      6(CX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x0a, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Z2
+	VMOVDQU32    88(CX), X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Z4
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VMOVUPS      Z4, 640(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      Z3, 704(AX)
+	MOVBLZX      7(CX), SI
+	ANDL         $0x0000000f, SI
+	MOVL         BX, DI
+	SHRL         $0x0c, DI
+	ANDL         $0x00000003, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Z2
+	VMOVDQU32    104(CX), X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X3, X3
+	VPSHUFB      X4, X0, X4
+	VPMOVSXBD    X4, Z4
+	VCVTDQ2PS    Z4, Z4
+	VMULPS       Z2, Z4, Z4
+	VMOVUPS      Z4, 768(AX)
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      Z3, 832(AX)
+	MOVBLZX      7(CX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	SHRL         $0x0e, BX
+	ANDL         $0x00000003, BX
+	SHLL         $0x04, BX
+	ORL          BX, SI
+	SUBL         $0x00000020, SI
+	VXORPS       X2, X2, X2
+	VCVTSI2SSL   SI, X2, X2
+	VMULSS       X1, X2, X2
+	VBROADCASTSS X2, Z1
+	VMOVDQU32    120(CX), X2
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X2, X3
+	VPSRLW       $0x04, X2, X2
+	VPANDD       AVX512_dqc_f0f0f0f<>+0(SB), X2, X2
+	VPSHUFB      X3, X0, X3
+	VPMOVSXBD    X3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VMOVUPS      Z3, 896(AX)
+	VPSHUFB      X2, X0, X2
+	VPMOVSXBD    X2, Z2
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z1, Z2, Z2
+	VMOVUPS      Z2, 960(AX)
+	ADDQ         $0x00000088, CX
+	ADDQ         $0x00000400, AX
+	DECQ         DX
+	JNZ          loop
 
 done:
 	VZEROUPPER

@@ -5,6 +5,82 @@
 package kernels
 
 const (
+	k_dequantQ4_0_AVX2 dequantKernel = iota + 1
+	k_dequantQ4_1_AVX2
+	k_dequantQ5_0_AVX2
+	k_dequantQ5_1_AVX2
+	k_dequantQ2_K_AVX2
+	k_dequantQ3_K_AVX2
+	k_dequantQ4_K_AVX2
+	k_dequantQ5_K_AVX2
+	k_dequantQ6_K_AVX2
+	k_dequantIQ4_NL_AVX2
+	k_dequantIQ4_XS_AVX2
+	k_dequantQ4_0_AVX512
+	k_dequantQ4_1_AVX512
+	k_dequantQ5_0_AVX512
+	k_dequantQ5_1_AVX512
+	k_dequantQ2_K_AVX512
+	k_dequantQ3_K_AVX512
+	k_dequantQ4_K_AVX512
+	k_dequantQ5_K_AVX512
+	k_dequantQ6_K_AVX512
+	k_dequantIQ4_NL_AVX512
+	k_dequantIQ4_XS_AVX512
+)
+
+func (k dequantKernel) call(dst *float32, src *byte, n int) {
+	switch k {
+	case k_dequantQ4_0_AVX2:
+		dequantQ4_0_AVX2(dst, src, n)
+	case k_dequantQ4_1_AVX2:
+		dequantQ4_1_AVX2(dst, src, n)
+	case k_dequantQ5_0_AVX2:
+		dequantQ5_0_AVX2(dst, src, n)
+	case k_dequantQ5_1_AVX2:
+		dequantQ5_1_AVX2(dst, src, n)
+	case k_dequantQ2_K_AVX2:
+		dequantQ2_K_AVX2(dst, src, n)
+	case k_dequantQ3_K_AVX2:
+		dequantQ3_K_AVX2(dst, src, n)
+	case k_dequantQ4_K_AVX2:
+		dequantQ4_K_AVX2(dst, src, n)
+	case k_dequantQ5_K_AVX2:
+		dequantQ5_K_AVX2(dst, src, n)
+	case k_dequantQ6_K_AVX2:
+		dequantQ6_K_AVX2(dst, src, n)
+	case k_dequantIQ4_NL_AVX2:
+		dequantIQ4_NL_AVX2(dst, src, n)
+	case k_dequantIQ4_XS_AVX2:
+		dequantIQ4_XS_AVX2(dst, src, n)
+	case k_dequantQ4_0_AVX512:
+		dequantQ4_0_AVX512(dst, src, n)
+	case k_dequantQ4_1_AVX512:
+		dequantQ4_1_AVX512(dst, src, n)
+	case k_dequantQ5_0_AVX512:
+		dequantQ5_0_AVX512(dst, src, n)
+	case k_dequantQ5_1_AVX512:
+		dequantQ5_1_AVX512(dst, src, n)
+	case k_dequantQ2_K_AVX512:
+		dequantQ2_K_AVX512(dst, src, n)
+	case k_dequantQ3_K_AVX512:
+		dequantQ3_K_AVX512(dst, src, n)
+	case k_dequantQ4_K_AVX512:
+		dequantQ4_K_AVX512(dst, src, n)
+	case k_dequantQ5_K_AVX512:
+		dequantQ5_K_AVX512(dst, src, n)
+	case k_dequantQ6_K_AVX512:
+		dequantQ6_K_AVX512(dst, src, n)
+	case k_dequantIQ4_NL_AVX512:
+		dequantIQ4_NL_AVX512(dst, src, n)
+	case k_dequantIQ4_XS_AVX512:
+		dequantIQ4_XS_AVX512(dst, src, n)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
 	k_dotF32_4x1_AVX2 dotKernel = iota + 1
 	k_dotF32_1x1_AVX2
 	k_dotF32_4x2_AVX2
@@ -742,6 +818,20 @@ var inoutAVX2 = [...]inoutFamily{
 
 var vecAVX2 = vecKernels{axpy: k_axpy_AVX2, geluMul: k_geluMul_AVX2, max: k_max_AVX2, expSub: k_expSub_AVX2, scale: k_scale_AVX2, softcap: k_softcap_AVX2, addScaled: k_addScaled_AVX2}
 
+var dequantAVX2 = [numDQ]dequantKernel{
+	dqQ4_0:   k_dequantQ4_0_AVX2,
+	dqQ4_1:   k_dequantQ4_1_AVX2,
+	dqQ5_0:   k_dequantQ5_0_AVX2,
+	dqQ5_1:   k_dequantQ5_1_AVX2,
+	dqQ2_K:   k_dequantQ2_K_AVX2,
+	dqQ3_K:   k_dequantQ3_K_AVX2,
+	dqQ4_K:   k_dequantQ4_K_AVX2,
+	dqQ5_K:   k_dequantQ5_K_AVX2,
+	dqQ6_K:   k_dequantQ6_K_AVX2,
+	dqIQ4_NL: k_dequantIQ4_NL_AVX2,
+	dqIQ4_XS: k_dequantIQ4_XS_AVX2,
+}
+
 const quantAVX512 = k_quantQ8_AVX512
 
 var dotAVX512 = [...]dotFamily{
@@ -765,6 +855,20 @@ var inoutAVX512 = [...]inoutFamily{
 }
 
 var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512, softcap: k_softcap_AVX512, addScaled: k_addScaled_AVX512}
+
+var dequantAVX512 = [numDQ]dequantKernel{
+	dqQ4_0:   k_dequantQ4_0_AVX512,
+	dqQ4_1:   k_dequantQ4_1_AVX512,
+	dqQ5_0:   k_dequantQ5_0_AVX512,
+	dqQ5_1:   k_dequantQ5_1_AVX512,
+	dqQ2_K:   k_dequantQ2_K_AVX512,
+	dqQ3_K:   k_dequantQ3_K_AVX512,
+	dqQ4_K:   k_dequantQ4_K_AVX512,
+	dqQ5_K:   k_dequantQ5_K_AVX512,
+	dqQ6_K:   k_dequantQ6_K_AVX512,
+	dqIQ4_NL: k_dequantIQ4_NL_AVX512,
+	dqIQ4_XS: k_dequantIQ4_XS_AVX512,
+}
 
 var intAVXVNNI = [...]intFamily{
 	ikQ8: {R: 2, T: 3, B: 1, full: []intKernel{k_intQ8_2x1_AVXVNNI, k_intQ8_2x2_AVXVNNI, k_intQ8_2x3_AVXVNNI}, one: []intKernel{k_intQ8_1x1_AVXVNNI, k_intQ8_1x2_AVXVNNI, k_intQ8_1x3_AVXVNNI}},

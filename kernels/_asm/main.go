@@ -126,6 +126,8 @@ func main() {
 		fmt.Fprintf(&tb, "}\n")
 
 		fmt.Fprintf(&tb, "\nvar vec%s = vecKernels{%s}\n", a.name, genVec(a))
+
+		genDequantTable(&tb, a)
 	}
 	genIntFamily(&tb, avxvnni)
 	Generate()

@@ -1,0 +1,551 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The dequantisers decode whole blocks of a ggml block type into float32
+// exactly as tensor.DequantizeRow does. Every product there is exact in
+// float32 (an fp16 scale has 11 significant bits, the integer factors at
+// most 13 together), so its order does not matter; the types with a min
+// round once, at the final add or subtract, which these kernels also do
+// after an unfused multiply (an FMA would round differently). Integers are
+// converted before they are multiplied, as in Go, so that a zero keeps the
+// sign a float product gives it.
+
+// dqkind is a block type with a dequantiser, in the order of package
+// kernels' dq constants.
+type dqkind int
+
+const (
+	dQ4_0 dqkind = iota
+	dQ4_1
+	dQ5_0
+	dQ5_1
+	dQ2_K
+	dQ3_K
+	dQ4_K
+	dQ5_K
+	dQ6_K
+	dIQ4_NL
+	dIQ4_XS
+	numDQ
+)
+
+var dqNames = [...]string{"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
+
+func (k dqkind) String() string { return dqNames[k] }
+
+// dqBlock is each kind's block: elements and bytes.
+var dqBlock = [...]struct{ elems, bytes int }{
+	dQ4_0: {32, 18}, dQ4_1: {32, 20}, dQ5_0: {32, 22}, dQ5_1: {32, 24},
+	dQ2_K: {256, 84}, dQ3_K: {256, 110}, dQ4_K: {256, 144}, dQ5_K: {256, 176}, dQ6_K: {256, 210},
+	dIQ4_NL: {32, 18}, dIQ4_XS: {256, 136},
+}
+
+// kvaluesIQ4NL is ggml's kvalues_iq4nl (tensor.kvaluesIQ4NL): the 16
+// levels of IQ4_NL and IQ4_XS.
+var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+var dequantGroup = newGroup("dequantKernel", "dst *float32, src *byte, n int", "dst, src, n")
+
+// genDequantTable emits a's dequantisers and their table.
+func genDequantTable(tb *strings.Builder, a arch) {
+	fmt.Fprintf(tb, "\nvar dequant%s = [numDQ]dequantKernel{\n", a.name)
+	for k := dqkind(0); k < numDQ; k++ {
+		fmt.Fprintf(tb, "\tdq%s: %s,\n", k, dequantGroup.add(genDequant(a, k)))
+	}
+	fmt.Fprintf(tb, "}\n")
+}
+
+// dq is the state of one dequantiser's loop body: the block at src, its
+// output at dst, and a stack area for the per-sub-block scales.
+type dq struct {
+	a        arch
+	src, dst Register
+	local    Mem
+}
+
+func genDequant(a arch, k dqkind) string {
+	name := fmt.Sprintf("dequant%s_%s", k, a.name)
+	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s decodes n blocks of %s at src (%d bytes each) into n·%d float32 at dst, as tensor.DequantizeRow does.",
+		name, k, dqBlock[k].bytes, dqBlock[k].elems))
+	g := &dq{a: a}
+	g.dst = Load(Param("dst"), GP64())
+	g.src = Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	switch k {
+	case dQ2_K, dQ3_K, dQ4_K, dQ5_K, dQ6_K:
+		g.local = AllocLocal(128)
+	}
+	var tbl VecVirtual
+	if k == dIQ4_NL || k == dIQ4_XS {
+		tbl = XMM()
+		a.movdqu(g.levels(), tbl)
+	}
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	switch k {
+	case dQ4_0, dQ4_1, dQ5_0, dQ5_1:
+		g.legacy(k)
+	case dQ2_K:
+		g.q2K()
+	case dQ3_K:
+		g.q3K()
+	case dQ4_K, dQ5_K:
+		g.q45K(k == dQ5_K)
+	case dQ6_K:
+		g.q6K()
+	case dIQ4_NL:
+		g.iq4(tbl, g.a.q8Scale(g.at(0)), 2, 0)
+	case dIQ4_XS:
+		g.iq4XS(tbl)
+	}
+	ADDQ(U32(dqBlock[k].bytes), g.src)
+	ADDQ(U32(4*dqBlock[k].elems), g.dst)
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+	return name
+}
+
+func (g *dq) at(off int) Mem  { return Mem{Base: g.src, Disp: off} }
+func (g *dq) out(i int) Mem   { return Mem{Base: g.dst, Disp: 4 * i} }
+func (g *dq) loc(off int) Mem { return g.local.Offset(off) }
+
+// u8 loads V bytes at off zero-extended to 32-bit lanes.
+func (g *dq) u8(off int) VecVirtual {
+	v := g.a.vec()
+	VPMOVZXBD(g.at(off), v)
+	return v
+}
+
+// c returns the constant vector of lanes v.
+func (g *dq) c(v uint32) Mem { return g.a.constVec(fmt.Sprintf("dqc_%x", v), v) }
+
+func (g *dq) and(v uint32, x VecVirtual) VecVirtual {
+	d := g.a.vec()
+	if g.a.zmm {
+		VPANDD(g.c(v), x, d)
+	} else {
+		VPAND(g.c(v), x, d)
+	}
+	return d
+}
+
+func (g *dq) or(x, y VecVirtual) VecVirtual {
+	d := g.a.vec()
+	if g.a.zmm {
+		VPORD(y, x, d)
+	} else {
+		VPOR(y, x, d)
+	}
+	return d
+}
+
+// shl shifts every lane left by s bits (right by -s).
+func (g *dq) shl(s int, x VecVirtual) VecVirtual {
+	if s == 0 {
+		return x
+	}
+	d := g.a.vec()
+	if s > 0 {
+		VPSLLD(U8(s), x, d)
+	} else {
+		VPSRLD(U8(-s), x, d)
+	}
+	return d
+}
+
+// sub returns x - v lane by lane (integers).
+func (g *dq) sub(v uint32, x VecVirtual) VecVirtual {
+	d := g.a.vec()
+	VPSUBD(g.c(v), x, d)
+	return d
+}
+
+// emit stores float32(q)·scale, then minus (sub) or plus off once rounded
+// when off is not nil, at out element i.
+func (g *dq) emit(q VecVirtual, scale, off Op, sub bool, i int) {
+	f := g.a.vec()
+	VCVTDQ2PS(q, f)
+	VMULPS(scale, f, f)
+	if off != nil {
+		if sub {
+			VSUBPS(off, f, f)
+		} else {
+			VADDPS(off, f, f)
+		}
+	}
+	VMOVUPS(f, g.out(i))
+}
+
+// bcast broadcasts the float32 at m.
+func (g *dq) bcast(m Mem) VecVirtual {
+	v := g.a.vec()
+	VBROADCASTSS(m, v)
+	return v
+}
+
+// halfY broadcasts the fp16 at m to the eight float32 lanes of a ymm.
+func (g *dq) halfY(m Mem) VecVirtual {
+	h, d := XMM(), YMM()
+	VPBROADCASTW(m, h)
+	VCVTPH2PS(h, d)
+	return d
+}
+
+// legacy decodes the 32-element blocks: Q4_0 (q-8)·d, Q5_0 (q-16)·d, Q4_1
+// and Q5_1 q·d + m; element j and j+16 share byte j's nibbles, the _1 types'
+// fifth bits are a word of 32.
+func (g *dq) legacy(k dqkind) {
+	a := g.a
+	d := a.q8Scale(g.at(0))
+	var m VecVirtual
+	qs, qh := 2, -1
+	switch k {
+	case dQ4_1:
+		m, qs = a.q8Scale(g.at(2)), 4
+	case dQ5_0:
+		qh, qs = 2, 6
+	case dQ5_1:
+		m, qh, qs = a.q8Scale(g.at(2)), 4, 8
+	}
+	var h VecVirtual
+	if qh >= 0 {
+		h = a.vec()
+		VPBROADCASTD(g.at(qh), h)
+	}
+	for l0 := 0; l0 < 16; l0 += a.V {
+		v := g.u8(qs + l0)
+		lo, hi := g.and(0x0f, v), g.shl(-4, v)
+		if qh >= 0 {
+			// Bit j (low nibble) and j+16 (high) of qh to bit 4.
+			s0, s1 := make([]uint32, a.V), make([]uint32, a.V)
+			for i := range s0 {
+				s0[i], s1[i] = uint32(l0+i), uint32(l0+i+12)
+			}
+			t0, t1 := a.vec(), a.vec()
+			VPSRLVD(g.a.constDwords(fmt.Sprintf("dqshift_%d", l0), s0), h, t0)
+			VPSRLVD(g.a.constDwords(fmt.Sprintf("dqshift_%d", l0+12), s1), h, t1)
+			lo = g.or(lo, g.and(0x10, g.shl(4, t0)))
+			hi = g.or(hi, g.and(0x10, t1))
+		}
+		switch k {
+		case dQ4_0:
+			lo, hi = g.sub(8, lo), g.sub(8, hi)
+		case dQ5_0:
+			lo, hi = g.sub(16, lo), g.sub(16, hi)
+		}
+		var off Op
+		if m != nil {
+			off = m
+		}
+		g.emit(lo, d, off, false, l0)
+		g.emit(hi, d, off, false, 16+l0)
+	}
+}
+
+// scalesTo converts the 16 (or 8) bytes of x (zero-extended, minus bias)
+// times scale into float32 at the stack area from off.
+func (g *dq) scalesTo(x VecVirtual, count int, bias uint32, scale VecVirtual, off int) {
+	a := g.a
+	for i := 0; i < count; i += a.V {
+		var v VecVirtual
+		src := x
+		if i == 8 {
+			src = XMM()
+			VPSHUFD(U8(0xEE), x, src)
+		}
+		if count == 8 || !a.zmm {
+			v = YMM()
+		} else {
+			v = ZMM()
+		}
+		VPMOVZXBD(src, v)
+		if bias != 0 {
+			VPSUBD(g.c(bias), v, v)
+		}
+		VCVTDQ2PS(v, v)
+		VMULPS(scale, v, v)
+		VMOVUPS(v, g.loc(off+4*i))
+	}
+}
+
+// words packs four 32-bit registers into an xmm.
+func words(w [4]Register) VecVirtual {
+	x := XMM()
+	VMOVD(w[0], x)
+	for i := 1; i < 4; i++ {
+		VPINSRD(U8(i), w[i], x, x)
+	}
+	return x
+}
+
+// q45K decodes Q4_K (d, dmin, 12 bytes of 6-bit scales and mins, 128
+// bytes of nibbles) or Q5_K (the same, then 32 bytes of fifth bits before
+// the nibbles): sub-block s of 32 is (d·sc[s])·q - dmin·m[s].
+func (g *dq) q45K(five bool) {
+	a := g.a
+	// ggml's unpacking of the 12 bytes at 4 into the scales (u0, u2) and
+	// the mins (u1, u3), as its AVX2 dot product does.
+	u0, u1, u2, u3, t := GP32(), GP32(), GP32(), GP32(), GP32()
+	MOVL(g.at(4), u0)
+	MOVL(g.at(8), u1)
+	MOVL(g.at(12), u2)
+	MOVL(u2, u3)
+	SHRL(U8(4), u3)
+	ANDL(U32(0x0f0f0f0f), u3)
+	MOVL(u1, t)
+	SHRL(U8(6), t)
+	ANDL(U32(0x03030303), t)
+	SHLL(U8(4), t)
+	ORL(t, u3)
+	ANDL(U32(0x3f3f3f3f), u1)
+	ANDL(U32(0x0f0f0f0f), u2)
+	MOVL(u0, t)
+	SHRL(U8(6), t)
+	ANDL(U32(0x03030303), t)
+	SHLL(U8(4), t)
+	ORL(t, u2)
+	ANDL(U32(0x3f3f3f3f), u0)
+	x := words([4]Register{u0, u2, u1, u3})
+	g.scalesTo(x, 8, 0, g.halfY(g.at(0)), 0)
+	xm := XMM()
+	VPSHUFD(U8(0xEE), x, xm)
+	g.scalesTo(xm, 8, 0, g.halfY(g.at(2)), 32)
+	qs := 16
+	if five {
+		qs = 48
+	}
+	for j := 0; j < 4; j++ {
+		d1, m1 := g.bcast(g.loc(4*(2*j))), g.bcast(g.loc(32+4*(2*j)))
+		d2, m2 := g.bcast(g.loc(4*(2*j+1))), g.bcast(g.loc(32+4*(2*j+1)))
+		for l0 := 0; l0 < 32; l0 += a.V {
+			v := g.u8(qs + 32*j + l0)
+			lo, hi := g.and(0x0f, v), g.shl(-4, v)
+			if five {
+				h := g.u8(16 + l0)
+				lo = g.or(lo, g.and(0x10, g.shl(4-2*j, h)))
+				hi = g.or(hi, g.and(0x10, g.shl(4-(2*j+1), h)))
+			}
+			g.emit(lo, d1, m1, true, 64*j+l0)
+			g.emit(hi, d2, m2, true, 64*j+32+l0)
+		}
+	}
+}
+
+// q6K decodes Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16
+// int8 scales, d; sub-block s of 16 is (d·sc[s])·(q-32).
+func (g *dq) q6K() {
+	a := g.a
+	d := a.q8Scale(g.at(208))
+	for i := 0; i < 16; i += a.V {
+		v := a.vec()
+		VPMOVSXBD(g.at(192+i), v)
+		VCVTDQ2PS(v, v)
+		VMULPS(d, v, v)
+		VMOVUPS(v, g.loc(4*i))
+	}
+	for n := 0; n < 2; n++ {
+		for l0 := 0; l0 < 32; l0 += a.V {
+			A, B := g.u8(64*n+l0), g.u8(64*n+32+l0)
+			h := g.u8(128 + 32*n + l0)
+			qs := [4]VecVirtual{
+				g.or(g.and(0x0f, A), g.and(0x30, g.shl(4, h))),
+				g.or(g.and(0x0f, B), g.and(0x30, g.shl(2, h))),
+				g.or(g.shl(-4, A), g.and(0x30, h)),
+				g.or(g.shl(-4, B), g.and(0x30, g.shl(-2, h))),
+			}
+			is := 8*n + l0/16
+			for i, q := range qs {
+				g.emit(g.sub(32, q), g.bcast(g.loc(4*(is+2*i))), nil, false, 128*n+32*i+l0)
+			}
+		}
+	}
+}
+
+// q2K decodes Q2_K: 16 bytes of scale|min<<4, 64 bytes of 2-bit quants, d,
+// dmin; sub-block c of 16 is (d·scale)·q - dmin·min.
+func (g *dq) q2K() {
+	a := g.a
+	d, dmin := a.q8Scale(g.at(80)), a.q8Scale(g.at(82))
+	for i := 0; i < 16; i += a.V {
+		s := g.u8(i)
+		lo, hi := a.vec(), a.vec()
+		VCVTDQ2PS(g.and(0x0f, s), lo)
+		VMULPS(d, lo, lo)
+		VMOVUPS(lo, g.loc(4*i))
+		VCVTDQ2PS(g.shl(-4, s), hi)
+		VMULPS(dmin, hi, hi)
+		VMOVUPS(hi, g.loc(64+4*i))
+	}
+	for n := 0; n < 2; n++ {
+		for sub := 0; sub < 2; sub++ {
+			for l0 := 0; l0 < 16; l0 += a.V {
+				v := g.u8(16 + 32*n + 16*sub + l0)
+				for s := 0; s < 4; s++ {
+					c := 8*n + 2*s + sub
+					g.emit(g.and(3, g.shl(-2*s, v)), g.bcast(g.loc(4*c)), g.bcast(g.loc(64+4*c)), true, 16*c+l0)
+				}
+			}
+		}
+	}
+}
+
+// q3K decodes Q3_K: 32 bytes of high bits, 64 bytes of low bit pairs, 12
+// bytes of 6-bit scales, d; sub-block c of 16 is (d·(scale-32))·q, q the
+// low pair minus 4 unless the high bit is set.
+func (g *dq) q3K() {
+	a := g.a
+	a0, a1, tmp := GP32(), GP32(), GP32()
+	MOVL(g.at(96), a0)
+	MOVL(g.at(100), a1)
+	MOVL(g.at(104), tmp)
+	var w [4]Register
+	for i := range w {
+		// Word i: low nibbles of a0 or a1 (shifted by 4 for i ≥ 2), top
+		// bits from tmp >> 2i.
+		r, t := GP32(), GP32()
+		MOVL([2]Register{a0, a1}[i%2], r)
+		if i >= 2 {
+			SHRL(U8(4), r)
+		}
+		ANDL(U32(0x0f0f0f0f), r)
+		MOVL(tmp, t)
+		if i > 0 {
+			SHRL(U8(2*i), t)
+		}
+		ANDL(U32(0x03030303), t)
+		SHLL(U8(4), t)
+		ORL(t, r)
+		w[i] = r
+	}
+	g.scalesTo(words(w), 16, 32, a.q8Scale(g.at(108)), 0)
+	for n := 0; n < 2; n++ {
+		for sub := 0; sub < 2; sub++ {
+			for l0 := 0; l0 < 16; l0 += a.V {
+				qv := g.u8(32 + 32*n + 16*sub + l0)
+				hv := g.u8(16*sub + l0)
+				for s := 0; s < 4; s++ {
+					c := 8*n + 2*s + sub
+					q := g.or(g.and(3, g.shl(-2*s, qv)), g.and(4, g.shl(2-(4*n+s), hv)))
+					g.emit(g.sub(4, q), g.bcast(g.loc(4*c)), nil, false, 16*c+l0)
+				}
+			}
+		}
+	}
+}
+
+// iq4 decodes 16 bytes of level nibbles at off into 32 elements from out
+// element i: low nibbles first, each level times scale.
+func (g *dq) iq4(tbl, scale VecVirtual, off, i int) {
+	a := g.a
+	x, lo, hi := XMM(), XMM(), XMM()
+	a.movdqu(g.at(off), x)
+	mask := g.c(0x0f0f0f0f)
+	if a.zmm {
+		VPANDD(mask, x, lo)
+		VPSRLW(U8(4), x, hi)
+		VPANDD(mask, hi, hi)
+	} else {
+		VPAND(mask, x, lo)
+		VPSRLW(U8(4), x, hi)
+		VPAND(mask, hi, hi)
+	}
+	for h, idx := range []VecVirtual{lo, hi} {
+		lv := XMM()
+		VPSHUFB(idx, tbl, lv)
+		for j := 0; j < 16; j += a.V {
+			src := lv
+			if j == 8 {
+				src = XMM()
+				VPSHUFD(U8(0xEE), lv, src)
+			}
+			v := a.vec()
+			VPMOVSXBD(src, v)
+			g.emit(v, scale, nil, false, i+16*h+j)
+		}
+	}
+}
+
+// iq4XS decodes IQ4_XS: d, the top bit pairs of eight 6-bit scales, their
+// low nibbles, 128 bytes of level nibbles; sub-block ib of 32 is
+// (d·(scale-32))·level.
+func (g *dq) iq4XS(tbl VecVirtual) {
+	a := g.a
+	d := a.q8Scale(g.at(0))
+	sh := GP32()
+	MOVWLZX(g.at(2), sh)
+	for ib := 0; ib < 8; ib++ {
+		ls, t := GP32(), GP32()
+		MOVBLZX(g.at(4+ib/2), ls)
+		if ib%2 == 1 {
+			SHRL(U8(4), ls)
+		}
+		ANDL(U32(0x0f), ls)
+		MOVL(sh, t)
+		if ib > 0 {
+			SHRL(U8(2*ib), t)
+		}
+		ANDL(U32(3), t)
+		SHLL(U8(4), t)
+		ORL(t, ls)
+		SUBL(U32(32), ls)
+		f := XMM()
+		VXORPS(f, f, f)
+		VCVTSI2SSL(ls, f, f)
+		VMULSS(d.AsX(), f, f)
+		dl := a.vec()
+		VBROADCASTSS(f, dl)
+		g.iq4(tbl, dl, 8+16*ib, 32*ib)
+	}
+}
+
+// levels is the 16 bytes of kvaluesIQ4NL.
+func (g *dq) levels() Mem {
+	name := "dq_kvalues_iq4nl"
+	if m, ok := constVecs[name]; ok {
+		return m
+	}
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, v := range kvaluesIQ4NL {
+		DATA(i, U8(uint8(v)))
+	}
+	constVecs[name] = m
+	return m
+}
+
+// constDwords returns a read-only vector of the 32-bit lanes w.
+func (a arch) constDwords(name string, w []uint32) Mem {
+	name = a.name + "_" + name
+	if m, ok := constVecs[name]; ok {
+		return m
+	}
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, v := range w {
+		DATA(4*i, U32(v))
+	}
+	constVecs[name] = m
+	return m
+}
+
+// movdqu moves 16 bytes; on zmm with the EVEX form, which can name
+// registers 16-31.
+func (a arch) movdqu(m Mem, x VecVirtual) {
+	if a.zmm {
+		VMOVDQU32(m, x)
+	} else {
+		VMOVDQU(m, x)
+	}
+}
