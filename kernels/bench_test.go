@@ -3,8 +3,10 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/grok-go/grok/tensor"
 )
@@ -163,5 +165,102 @@ func BenchmarkVec(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// benchBlocks returns nb random blocks of dt with moderate fp16 scales
+// (random ones are sometimes NaN or Inf, and the products' speed should not
+// depend on it).
+func benchBlocks(rng *rand.Rand, dt tensor.DType, nb int) []byte {
+	bb := dt.BlockBytes()
+	src := make([]byte, nb*bb)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	for _, c := range dqTypes {
+		if c.dt != dt {
+			continue
+		}
+		for b := 0; b < nb; b++ {
+			for _, o := range c.scales {
+				h := uint16(0x1000 + rng.IntN(0x2000))
+				src[b*bb+o], src[b*bb+o+1] = byte(h), byte(h>>8)
+			}
+		}
+	}
+	return src
+}
+
+// BenchmarkDequant decodes spans of dotSpan elements, as dequantMatMul
+// does, from 32 rows that stay in L2, one thread, in weight bytes per
+// second:
+//
+//	go test -run XXX -bench Dequant ./kernels/
+func BenchmarkDequant(b *testing.B) {
+	for _, c := range dqTypes {
+		const rows = 32
+		nb := dotSpan / c.dt.BlockSize()
+		rb := nb * c.dt.BlockBytes()
+		src := benchBlocks(rand.New(rand.NewPCG(1, 2)), c.dt, rows*nb)
+		dst := make([]float32, dotSpan)
+		b.Run(c.dt.String(), func(b *testing.B) {
+			benchLevels(b, func(b *testing.B) {
+				b.SetBytes(int64(rb))
+				for i := 0; b.Loop(); i++ {
+					r := i % rows
+					active.decodeBlocks(dst, c.dt, src[r*rb:(r+1)*rb])
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkGEMVDecode is a decode step's products at the medium model's
+// shapes (4096×1536 up, 1536×4096 down), one token, the rows split over
+// two goroutines, in weight bytes per second; the matrices rotate through
+// 256 MiB. "read" is two goroutines reading the same bytes (Dot), the
+// roofline of the same run:
+//
+//	go test -run XXX -bench GEMVDecode -benchtime 200x ./kernels/
+func BenchmarkGEMVDecode(b *testing.B) {
+	types := []tensor.DType{tensor.Q4_K, tensor.Q6_K, tensor.Q5_K, tensor.Q4_0, tensor.Q2_K, tensor.Q3_K,
+		tensor.Q5_0, tensor.Q4_1, tensor.Q5_1, tensor.IQ4_XS, tensor.IQ4_NL, tensor.Q8_0}
+	for _, shape := range []struct{ out, in int }{{4096, 1536}, {1536, 4096}} {
+		for _, dt := range types {
+			name := fmt.Sprintf("%dx%d/%v", shape.out, shape.in, dt)
+			rb, _ := dt.RowBytes(shape.in)
+			one := benchBlocks(rand.New(rand.NewPCG(3, 4)), dt, shape.out*rb/dt.BlockBytes())
+			var mats []Mat
+			for len(mats)*len(one) < 256<<20 {
+				mats = append(mats, Mat{Type: dt, Out: shape.out, In: shape.in, Data: append([]byte(nil), one...)})
+			}
+			x := randInputs(rand.New(rand.NewPCG(2, 2)), 1, shape.in)
+			dst := make([]float32, shape.out)
+			two := func(f func(half int)) {
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() { defer wg.Done(); f(1) }()
+				f(0)
+				wg.Wait()
+			}
+			b.Run(name+"/read", func(b *testing.B) {
+				b.SetBytes(int64(len(one)))
+				for i := 0; b.Loop(); i++ {
+					d := mats[i%len(mats)].Data
+					v := unsafe.Slice((*float32)(unsafe.Pointer(&d[0])), len(d)/4)
+					two(func(h int) { Dot(v[h*len(v)/2:(h+1)*len(v)/2], v[:len(v)/2]) })
+				}
+			})
+			b.Run(name, func(b *testing.B) {
+				benchLevels(b, func(b *testing.B) {
+					b.SetBytes(int64(len(one)))
+					for i := 0; b.Loop(); i++ {
+						m := &mats[i%len(mats)]
+						two(func(h int) { MatMulRows(dst, x, 1, m, h*shape.out/2, (h+1)*shape.out/2) })
+					}
+				})
+			})
+			mats = nil
+		}
 	}
 }

@@ -251,7 +251,7 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 	wp := getScratch(fam.R * c)
 	defer scratchPool.Put(wp)
 	w := *wp
-	forTiles(n, fam.T, lo, hi, fam.R, 1, In, c, func(_, k0, k1, r0, R int) {
+	unit := func(_, k0, k1, r0, R int) {
 		kc := k1 - k0
 		for r := 0; r < R; r++ {
 			row := m.Data[(r0+r)*rb:]
@@ -276,7 +276,24 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 				}
 			}
 		}
-	})
+	}
+	if n > fam.T {
+		forTiles(n, fam.T, lo, hi, fam.R, 1, In, c, unit)
+		return
+	}
+	// Decode: each tile of rows span by span, so that the weights stream
+	// front to back (forTiles would walk the first span of every row, then
+	// the second). Each output still gets its spans in order: the same bits.
+	for r0 := lo; r0 < hi; {
+		R := fam.R
+		if hi-r0 < R {
+			R = 1
+		}
+		for k0 := 0; k0 < In; k0 += c {
+			unit(0, k0, min(k0+c, In), r0, R)
+		}
+		r0 += R
+	}
 }
 
 // decodeBlocks decodes len(dst) elements, whole blocks of type t, from the
