@@ -6768,7 +6768,7 @@ done:
 	RET
 
 // func dequantQ4_0_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ4_0_AVX2(SB), NOSPLIT, $0-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -6777,6 +6777,7 @@ TEXT ·dequantQ4_0_AVX2(SB), NOSPLIT, $0-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), X0
 	VCVTPH2PS    X0, Y0
 	VPMOVZXBD    2(CX), Y1
@@ -6831,7 +6832,7 @@ DATA AVX2_dqc_8<>+28(SB)/4, $0x00000008
 GLOBL AVX2_dqc_8<>(SB), RODATA|NOPTR, $32
 
 // func dequantQ4_1_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ4_1_AVX2(SB), NOSPLIT, $0-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -6840,6 +6841,7 @@ TEXT ·dequantQ4_1_AVX2(SB), NOSPLIT, $0-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), X0
 	VCVTPH2PS    X0, Y0
 	VPBROADCASTW 2(CX), X1
@@ -6876,7 +6878,7 @@ done:
 	RET
 
 // func dequantQ5_0_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ5_0_AVX2(SB), NOSPLIT, $0-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -6885,6 +6887,7 @@ TEXT ·dequantQ5_0_AVX2(SB), NOSPLIT, $0-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), X0
 	VCVTPH2PS    X0, Y0
 	VPBROADCASTD 2(CX), Y1
@@ -6984,7 +6987,7 @@ DATA AVX2_dqshift_20<>+28(SB)/4, $0x0000001b
 GLOBL AVX2_dqshift_20<>(SB), RODATA|NOPTR, $32
 
 // func dequantQ5_1_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ5_1_AVX2(SB), NOSPLIT, $0-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -6993,6 +6996,7 @@ TEXT ·dequantQ5_1_AVX2(SB), NOSPLIT, $0-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), X0
 	VCVTPH2PS    X0, Y0
 	VPBROADCASTW 2(CX), X1
@@ -7044,7 +7048,7 @@ done:
 	RET
 
 // func dequantQ2_K_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ2_K_AVX2(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -7053,6 +7057,8 @@ TEXT ·dequantQ2_K_AVX2(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
 	VPBROADCASTW 80(CX), X0
 	VCVTPH2PS    X0, Y0
 	VPBROADCASTW 82(CX), X1
@@ -7351,7 +7357,7 @@ DATA AVX2_dqc_3<>+28(SB)/4, $0x00000003
 GLOBL AVX2_dqc_3<>(SB), RODATA|NOPTR, $32
 
 // func dequantQ3_K_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ3_K_AVX2(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -7360,6 +7366,8 @@ TEXT ·dequantQ3_K_AVX2(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
 	MOVL         96(CX), BX
 	MOVL         100(CX), SI
 	MOVL         104(CX), DI
@@ -7760,7 +7768,7 @@ DATA AVX2_dqc_4<>+28(SB)/4, $0x00000004
 GLOBL AVX2_dqc_4<>(SB), RODATA|NOPTR, $32
 
 // func dequantQ4_K_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ4_K_AVX2(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -7769,6 +7777,9 @@ TEXT ·dequantQ4_K_AVX2(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
+	PREFETCHT0   1152(CX)
 	MOVL         4(CX), BX
 	MOVL         8(CX), SI
 	MOVL         12(CX), DI
@@ -8007,7 +8018,7 @@ done:
 	RET
 
 // func dequantQ5_K_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ5_K_AVX2(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -8016,6 +8027,9 @@ TEXT ·dequantQ5_K_AVX2(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
+	PREFETCHT0   1152(CX)
 	MOVL         4(CX), BX
 	MOVL         8(CX), SI
 	MOVL         12(CX), DI
@@ -8362,7 +8376,7 @@ done:
 	RET
 
 // func dequantQ6_K_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantQ6_K_AVX2(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -8371,6 +8385,10 @@ TEXT ·dequantQ6_K_AVX2(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
+	PREFETCHT0   1152(CX)
+	PREFETCHT0   1216(CX)
 	VPBROADCASTW 208(CX), X0
 	VCVTPH2PS    X0, Y0
 	VPMOVSXBD    192(CX), Y1
@@ -8705,7 +8723,7 @@ DATA AVX2_dqc_30<>+28(SB)/4, $0x00000030
 GLOBL AVX2_dqc_30<>(SB), RODATA|NOPTR, $32
 
 // func dequantIQ4_NL_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantIQ4_NL_AVX2(SB), NOSPLIT, $0-24
 	MOVQ    dst+0(FP), AX
 	MOVQ    src+8(FP), CX
@@ -8715,6 +8733,7 @@ TEXT ·dequantIQ4_NL_AVX2(SB), NOSPLIT, $0-24
 	JZ      done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), X1
 	VCVTPH2PS    X1, Y1
 	VMOVDQU      2(CX), X2
@@ -8779,7 +8798,7 @@ DATA AVX2_dqc_f0f0f0f<>+28(SB)/4, $0x0f0f0f0f
 GLOBL AVX2_dqc_f0f0f0f<>(SB), RODATA|NOPTR, $32
 
 // func dequantIQ4_XS_AVX2(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·dequantIQ4_XS_AVX2(SB), NOSPLIT, $0-24
 	MOVQ    dst+0(FP), AX
 	MOVQ    src+8(FP), CX
@@ -8789,6 +8808,9 @@ TEXT ·dequantIQ4_XS_AVX2(SB), NOSPLIT, $0-24
 	JZ      done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
+	PREFETCHT0   1152(CX)
 	VPBROADCASTW (CX), X1
 	VCVTPH2PS    X1, Y1
 	MOVWLZX      2(CX), BX
@@ -30586,7 +30608,7 @@ done:
 	RET
 
 // func dequantQ4_0_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·dequantQ4_0_AVX512(SB), NOSPLIT, $0-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -30595,6 +30617,7 @@ TEXT ·dequantQ4_0_AVX512(SB), NOSPLIT, $0-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), Y0
 	VCVTPH2PS    Y0, Z0
 	VPMOVZXBD    2(CX), Z1
@@ -30654,7 +30677,7 @@ DATA AVX512_dqc_8<>+60(SB)/4, $0x00000008
 GLOBL AVX512_dqc_8<>(SB), RODATA|NOPTR, $64
 
 // func dequantQ4_1_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·dequantQ4_1_AVX512(SB), NOSPLIT, $0-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -30663,6 +30686,7 @@ TEXT ·dequantQ4_1_AVX512(SB), NOSPLIT, $0-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), Y0
 	VCVTPH2PS    Y0, Z0
 	VPBROADCASTW 2(CX), Y1
@@ -30688,7 +30712,7 @@ done:
 	RET
 
 // func dequantQ5_0_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·dequantQ5_0_AVX512(SB), NOSPLIT, $0-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -30697,6 +30721,7 @@ TEXT ·dequantQ5_0_AVX512(SB), NOSPLIT, $0-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), Y0
 	VCVTPH2PS    Y0, Z0
 	VPBROADCASTD 2(CX), Z1
@@ -30782,7 +30807,7 @@ DATA AVX512_dqc_10<>+60(SB)/4, $0x00000010
 GLOBL AVX512_dqc_10<>(SB), RODATA|NOPTR, $64
 
 // func dequantQ5_1_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·dequantQ5_1_AVX512(SB), NOSPLIT, $0-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -30791,6 +30816,7 @@ TEXT ·dequantQ5_1_AVX512(SB), NOSPLIT, $0-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), Y0
 	VCVTPH2PS    Y0, Z0
 	VPBROADCASTW 2(CX), Y1
@@ -30824,7 +30850,7 @@ done:
 	RET
 
 // func dequantQ2_K_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·dequantQ2_K_AVX512(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -30833,6 +30859,8 @@ TEXT ·dequantQ2_K_AVX512(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
 	VPBROADCASTW 80(CX), Y0
 	VCVTPH2PS    Y0, Z0
 	VPBROADCASTW 82(CX), Y1
@@ -31002,7 +31030,7 @@ DATA AVX512_dqc_3<>+60(SB)/4, $0x00000003
 GLOBL AVX512_dqc_3<>(SB), RODATA|NOPTR, $64
 
 // func dequantQ3_K_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·dequantQ3_K_AVX512(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -31011,6 +31039,8 @@ TEXT ·dequantQ3_K_AVX512(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
 	MOVL         96(CX), BX
 	MOVL         100(CX), SI
 	MOVL         104(CX), DI
@@ -31259,7 +31289,7 @@ DATA AVX512_dqc_4<>+60(SB)/4, $0x00000004
 GLOBL AVX512_dqc_4<>(SB), RODATA|NOPTR, $64
 
 // func dequantQ4_K_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F, F16C
+// Requires: AVX, AVX2, AVX512F, F16C, MMX+
 TEXT ·dequantQ4_K_AVX512(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -31268,6 +31298,9 @@ TEXT ·dequantQ4_K_AVX512(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
+	PREFETCHT0   1152(CX)
 	MOVL         4(CX), BX
 	MOVL         8(CX), SI
 	MOVL         12(CX), DI
@@ -31418,7 +31451,7 @@ done:
 	RET
 
 // func dequantQ5_K_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F, F16C
+// Requires: AVX, AVX2, AVX512F, F16C, MMX+
 TEXT ·dequantQ5_K_AVX512(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -31427,6 +31460,9 @@ TEXT ·dequantQ5_K_AVX512(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
+	PREFETCHT0   1152(CX)
 	MOVL         4(CX), BX
 	MOVL         8(CX), SI
 	MOVL         12(CX), DI
@@ -31631,7 +31667,7 @@ done:
 	RET
 
 // func dequantQ6_K_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·dequantQ6_K_AVX512(SB), NOSPLIT, $128-24
 	MOVQ  dst+0(FP), AX
 	MOVQ  src+8(FP), CX
@@ -31640,6 +31676,10 @@ TEXT ·dequantQ6_K_AVX512(SB), NOSPLIT, $128-24
 	JZ    done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
+	PREFETCHT0   1152(CX)
+	PREFETCHT0   1216(CX)
 	VPBROADCASTW 208(CX), Y0
 	VCVTPH2PS    Y0, Z0
 	VPMOVSXBD    192(CX), Z1
@@ -31826,7 +31866,7 @@ DATA AVX512_dqc_30<>+60(SB)/4, $0x00000030
 GLOBL AVX512_dqc_30<>(SB), RODATA|NOPTR, $64
 
 // func dequantIQ4_NL_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
 TEXT ·dequantIQ4_NL_AVX512(SB), NOSPLIT, $0-24
 	MOVQ      dst+0(FP), AX
 	MOVQ      src+8(FP), CX
@@ -31836,6 +31876,7 @@ TEXT ·dequantIQ4_NL_AVX512(SB), NOSPLIT, $0-24
 	JZ        done
 
 loop:
+	PREFETCHT0   1024(CX)
 	VPBROADCASTW (CX), Y1
 	VCVTPH2PS    Y1, Z1
 	VMOVDQU32    2(CX), X2
@@ -31880,7 +31921,7 @@ DATA AVX512_dqc_f0f0f0f<>+60(SB)/4, $0x0f0f0f0f
 GLOBL AVX512_dqc_f0f0f0f<>(SB), RODATA|NOPTR, $64
 
 // func dequantIQ4_XS_AVX512(dst *float32, src *byte, n int)
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
 TEXT ·dequantIQ4_XS_AVX512(SB), NOSPLIT, $0-24
 	MOVQ      dst+0(FP), AX
 	MOVQ      src+8(FP), CX
@@ -31890,6 +31931,9 @@ TEXT ·dequantIQ4_XS_AVX512(SB), NOSPLIT, $0-24
 	JZ        done
 
 loop:
+	PREFETCHT0   1024(CX)
+	PREFETCHT0   1088(CX)
+	PREFETCHT0   1152(CX)
 	VPBROADCASTW (CX), Y1
 	VCVTPH2PS    Y1, Z1
 	MOVWLZX      2(CX), BX

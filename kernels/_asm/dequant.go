@@ -93,6 +93,12 @@ func genDequant(a arch, k dqkind) string {
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
 	Label("loop")
+	// The weights stream from memory a tile's span at a time, too short a
+	// run for the hardware prefetcher to ramp up on: ask for what the next
+	// few blocks need (past the end it does not fault).
+	for off := 0; off < dqBlock[k].bytes; off += 64 {
+		PREFETCHT0(g.at(1024 + off))
+	}
 	switch k {
 	case dQ4_0, dQ4_1, dQ5_0, dQ5_1:
 		g.legacy(k)
