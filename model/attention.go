@@ -15,6 +15,19 @@ type MultiHeadAttention struct {
 	KeySize                   int
 	AttnOutputMultiplier      float32
 	AttnLogitCap              float32
+	// TemperatureLen is Grok-2's attn_temperature_len (0: none): see
+	// temperature.
+	TemperatureLen int
+}
+
+// temperature is the factor a query at 0-based position pos multiplies its
+// soft-capped scores by: log2(pos)/log2(L) past L = TemperatureLen, else 1
+// (SGLang's extend and decode kernels; semantics §G4).
+func (a *MultiHeadAttention) temperature(pos int) float32 {
+	if a.TemperatureLen <= 0 || pos <= a.TemperatureLen {
+		return 1
+	}
+	return float32(math.Log2(float64(pos)) / math.Log2(float64(a.TemperatureLen)))
 }
 
 // attnScratch is attention's part of the workspace.
@@ -81,7 +94,8 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 // key j is a real token (not a pad). scores is scratch of G·len(ok).
 //
 // Scores are q·k (no 1/√K) × attn_output_multiplier, then cap·tanh(s/cap),
-// masked keys get -1e30 and the softmax is fp32 (model.py 860-876). A masked
+// then × temp (Grok-2's attention temperature; 1 for Grok-1), masked keys
+// get -1e30 and the softmax is fp32 (model.py 860-876). A masked
 // key's weight exp(-1e30 - max) is exactly 0 whenever one key is visible, so
 // masked keys get weight 0 here too. If every visible key is masked (a pad
 // token whose causal window holds only pads), model.py would spread the
@@ -93,7 +107,7 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 // and the values once, as the [in, out] weights of o = p·V. Each score and
 // each output element comes out of the same kernel arithmetic whatever the
 // batch, so a token's attention does not depend on what else runs.
-func (a *MultiHeadAttention) attendGroup(o, q, km, vm []float32, ok []bool, scores []float32) {
+func (a *MultiHeadAttention) attendGroup(o, q, km, vm []float32, ok []bool, scores []float32, temp float32) {
 	K, n := a.KeySize, len(ok)
 	G := len(q) / K
 	visible, masked := false, false
@@ -110,6 +124,11 @@ func (a *MultiHeadAttention) attendGroup(o, q, km, vm []float32, ok []bool, scor
 	for g := 0; g < G; g++ {
 		row := scores[g*n : (g+1)*n]
 		kernels.Softcap(row, a.AttnOutputMultiplier, a.AttnLogitCap)
+		if temp != 1 {
+			for j := range row {
+				row[j] *= temp
+			}
+		}
 		if masked {
 			for j, v := range ok {
 				if !v {
@@ -164,7 +183,7 @@ func (t *attnTask) Run(worker, lo, hi int) {
 		for tok := it.t0; tok < it.t1; tok++ {
 			pos, r := s.start+tok, s.row+tok
 			h0 := r*qd + it.kvh*G*K // the G query heads of this kv head
-			a.attendGroup(t.o[h0:h0+G*K], t.q[h0:h0+G*K], km, vm, ok[:pos+1], scratch[:G*(pos+1)])
+			a.attendGroup(t.o[h0:h0+G*K], t.q[h0:h0+G*K], km, vm, ok[:pos+1], scratch[:G*(pos+1)], a.temperature(pos))
 		}
 	}
 }

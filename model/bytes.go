@@ -9,6 +9,7 @@ type StepBytes struct {
 	Attention int64 // q, k, v and output projections of every layer
 	Router    int64 // every layer's router
 	Experts   int64 // the selected experts' three matrices (or the dense block)
+	DenseMLP  int64 // Grok-2's dense MLP beside the experts
 	Norms     int64 // four norms per layer and the final norm
 	Embedding int64 // the one embedding row looked up
 	Unembed   int64 // the whole unembedding matrix
@@ -42,6 +43,9 @@ func (lm *LanguageModel) DecodeStepBytes() StepBytes {
 			for e := 0; e < k; e++ {
 				b.Experts += matBytes(&d.MoE.Linear[e].W) + matBytes(&d.MoE.LinearV[e].W) + matBytes(&d.MoE.Linear1[e].W)
 			}
+			if r := d.MoE.Residual; r != nil {
+				b.DenseMLP += matBytes(&r.Linear.W) + matBytes(&r.LinearV.W) + matBytes(&r.Linear1.W)
+			}
 		case d.Dense != nil:
 			b.ExpertsPerLayer = 1
 			b.Experts += matBytes(&d.Dense.Linear.W) + matBytes(&d.Dense.LinearV.W) + matBytes(&d.Dense.Linear1.W)
@@ -50,7 +54,7 @@ func (lm *LanguageModel) DecodeStepBytes() StepBytes {
 	b.Norms += int64(c.EmbSize) * 4
 	b.Embedding = int64(len(lm.Embed.W.Data)) / int64(c.VocabSize)
 	b.Unembed = matBytes(&lm.Unembed.W)
-	b.Total = b.Attention + b.Router + b.Experts + b.Norms + b.Embedding + b.Unembed
+	b.Total = b.Attention + b.Router + b.Experts + b.DenseMLP + b.Norms + b.Embedding + b.Unembed
 	return b
 }
 

@@ -34,3 +34,15 @@ func TestDecodeStepBytes(t *testing.T) {
 		t.Errorf("ExpertsPerLayer = %d", b.ExpertsPerLayer)
 	}
 }
+
+// A Grok-2 step also reads every layer's dense MLP and the untied output.
+func TestDecodeStepBytesGrok2(t *testing.T) {
+	c := testmodel.SmallGrok2Config()
+	b := mustModel(t, c, testmodel.Random(c, 1)).DecodeStepBytes()
+	g1 := testmodel.SmallConfig()
+	b1 := mustModel(t, g1, testmodel.Random(g1, 1)).DecodeStepBytes()
+	L, D, Fd := int64(c.NumLayers), int64(c.EmbSize), int64(c.DenseFFNSize)
+	if want := L * 3 * D * Fd * 4; b.DenseMLP != want || b.Total != b1.Total+want {
+		t.Errorf("dense MLP %d bytes (want %d), total %d (want %d)", b.DenseMLP, want, b.Total, b1.Total+want)
+	}
+}

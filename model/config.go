@@ -38,6 +38,27 @@ type Config struct {
 
 	RopeBase float32 // 10000 (model.py 801)
 	RMSEps   float32 // 1e-5 (model.py 592)
+
+	// Grok-2 (semantics §G2): each field's zero value is Grok-1's.
+
+	// DenseFFNSize is the width of the dense GELU MLP that runs beside
+	// the experts on the same input (intermediate_size with residual_moe);
+	// the layer's output is then (mlp + moe) / √2. 0: no dense MLP.
+	DenseFFNSize int
+	// RouterLogitCap soft-caps the router logits, r = cap·tanh(r/cap),
+	// before the softmax; 0 disables (Grok-1's model.py has none).
+	RouterLogitCap float32
+	// FinalLogitCap soft-caps the logits after the output multiplier; 0
+	// disables.
+	FinalLogitCap float32
+	// AttnTemperatureLen is attn_temperature_len L: a query at 0-based
+	// position p > L multiplies its soft-capped scores by log2(p)/log2(L)
+	// (semantics §G4). 0 disables.
+	AttnTemperatureLen int
+	// UntiedOutput requires output.weight (Grok-2's lm_head). Without it
+	// the unembedding is output.weight if the weights have one, else the
+	// embedding (Grok-1 ties them).
+	UntiedOutput bool
 }
 
 // FFNSizeFromWidening is model.py's ffn_size (85-89):
@@ -60,6 +81,25 @@ func Grok1() Config {
 		AttnLogitCap:             30,
 		PadToken:                 0, EOSToken: 2, SequenceLen: 8192,
 		RopeBase: 10000, RMSEps: 1e-5,
+	}
+}
+
+// Grok2 returns the configuration of xai-org/grok-2's config.json
+// (semantics §G1).
+func Grok2() Config {
+	return Config{
+		VocabSize: 128 * 1024, EmbSize: 8192, KeySize: 128,
+		NumQHeads: 64, NumKVHeads: 8, NumLayers: 64,
+		FFNSize:    16384,
+		NumExperts: 8, NumSelectedExperts: 2,
+		AttnOutputMultiplier:     0.08838834764831845,
+		EmbeddingMultiplierScale: 90.50966799187809,
+		OutputMultiplierScale:    0.5,
+		AttnLogitCap:             30,
+		PadToken:                 0, EOSToken: 2, SequenceLen: 131072,
+		RopeBase: 208533496, RMSEps: 1e-5,
+		DenseFFNSize: 32768, RouterLogitCap: 30, FinalLogitCap: 50,
+		AttnTemperatureLen: 1024, UntiedOutput: true,
 	}
 }
 
@@ -120,8 +160,30 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be a positive finite number, got %v", f.name, f.v))
 		}
 	}
-	if c.AttnLogitCap < 0 || math.IsNaN(float64(c.AttnLogitCap)) {
-		errs = append(errs, fmt.Errorf("attn logit cap must be ≥ 0, got %v", c.AttnLogitCap))
+	for _, f := range []struct {
+		name string
+		v    float32
+	}{
+		{"attn logit cap", c.AttnLogitCap},
+		{"router logit cap", c.RouterLogitCap},
+		{"final logit cap", c.FinalLogitCap},
+	} {
+		if !(f.v >= 0) || math.IsInf(float64(f.v), 0) {
+			errs = append(errs, fmt.Errorf("%s must be a finite number ≥ 0, got %v", f.name, f.v))
+		}
+	}
+	if c.DenseFFNSize < 0 {
+		errs = append(errs, fmt.Errorf("dense_ffn_size must not be negative, got %d", c.DenseFFNSize))
+	}
+	if c.DenseFFNSize > 0 && c.NumExperts <= 1 {
+		errs = append(errs, fmt.Errorf("dense_ffn_size %d: a dense MLP beside the experts needs num_experts > 1, got %d", c.DenseFFNSize, c.NumExperts))
+	}
+	if c.RouterLogitCap > 0 && c.NumExperts <= 1 {
+		errs = append(errs, fmt.Errorf("router logit cap %v without a router (num_experts %d)", c.RouterLogitCap, c.NumExperts))
+	}
+	// L = 1 would divide by log2(1) = 0.
+	if c.AttnTemperatureLen < 0 || c.AttnTemperatureLen == 1 {
+		errs = append(errs, fmt.Errorf("attn_temperature_len must be 0 (off) or at least 2, got %d", c.AttnTemperatureLen))
 	}
 	// Guard sizes that would overflow buffer arithmetic long before memory runs out.
 	const limit = 1 << 40

@@ -7,6 +7,9 @@ import "github.com/grok-go/grok/kernels"
 //
 //	h += rms_norm_1(attn(rms_norm(h)))
 //	h += rms_norm_3(moe(rms_norm_2(h)))
+//
+// In Grok-2 moe is (mlp + moe)/√2 with a dense MLP beside the experts
+// (MoELayer.Residual).
 type DecoderLayer struct {
 	RMSNorm, RMSNorm1, RMSNorm2, RMSNorm3 RMSNorm
 	Attention                             MultiHeadAttention

@@ -11,7 +11,9 @@ import (
 
 // LanguageModel is model.py's LanguageModel (1194-1275): embedding lookup ×
 // embedding_multiplier_scale, the Transformer, a final RMSNorm, and the tied
-// unembedding × output_multiplier_scale.
+// unembedding × output_multiplier_scale. Grok-2 is the same model with an
+// untied unembedding and the logits soft-capped at Config.FinalLogitCap
+// (semantics §G2).
 //
 // A LanguageModel's weights are read-only and may be shared; Forward uses a
 // workspace owned by the model and must not be called concurrently.
@@ -50,7 +52,7 @@ func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 		return nil, fmt.Errorf("model: token_embd.weight must be a plain [vocab, emb] matrix")
 	}
 	lm.Unembed = lm.Embed
-	if _, ok := src.Lookup("output.weight"); ok {
+	if _, ok := src.Lookup("output.weight"); ok || c.UntiedOutput {
 		if lm.Unembed, err = loadLinear(src, "output.weight", V, D); err != nil {
 			return nil, err
 		}
@@ -101,6 +103,7 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
 		Rotary:    RotaryEmbedding{KeySize: K, Base: c.RopeBase},
 		NumQHeads: c.NumQHeads, NumKVHeads: c.NumKVHeads, KeySize: K,
 		AttnOutputMultiplier: c.AttnOutputMultiplier, AttnLogitCap: c.AttnLogitCap,
+		TemperatureLen: c.AttnTemperatureLen,
 	}
 	for _, p := range []struct {
 		dst     *Linear
@@ -117,24 +120,23 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
 		}
 	}
 	if E <= 1 {
-		d.Dense = &DenseBlock{}
-		if d.Dense.Linear, err = loadLinear(src, name("ffn_gate"), F, D); err != nil {
-			return err
-		}
-		if d.Dense.LinearV, err = loadLinear(src, name("ffn_up"), F, D); err != nil {
-			return err
-		}
-		d.Dense.Linear1, err = loadLinear(src, name("ffn_down"), D, F)
+		d.Dense, err = loadDense(src, i, F, D)
 		return err
 	}
-	// Grok-2 adds a dense MLP beside the experts (a residual MoE); until it
-	// is computed, such a file must not run as if it were Grok-1.
-	for _, dense := range []string{"ffn_gate", "ffn_up", "ffn_down"} {
-		if _, ok := src.Lookup(name(dense)); ok {
-			return fmt.Errorf("model: tensor %q: a dense MLP beside the experts (Grok-2's residual MoE) is not supported", name(dense))
+	m := &MoELayer{Router: Router{TopK: c.NumSelectedExperts, LogitCap: c.RouterLogitCap}}
+	if c.DenseFFNSize > 0 {
+		if m.Residual, err = loadDense(src, i, c.DenseFFNSize, D); err != nil {
+			return err
+		}
+	} else {
+		// A dense MLP beside the experts is Grok-2's: weights that have one
+		// must not run as Grok-1 because the config forgot it.
+		for _, dense := range []string{"ffn_gate", "ffn_up", "ffn_down"} {
+			if _, ok := src.Lookup(name(dense)); ok {
+				return fmt.Errorf("model: tensor %q is a dense MLP beside the experts (Grok-2's residual MoE), but the config has dense_ffn_size 0", name(dense))
+			}
 		}
 	}
-	m := &MoELayer{Router: Router{TopK: c.NumSelectedExperts}}
 	if m.Router.W, err = loadLinear(src, name("ffn_gate_inp"), E, D); err != nil {
 		return err
 	}
@@ -149,6 +151,25 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
 	}
 	d.MoE = m
 	return nil
+}
+
+// loadDense reads the gated MLP blk.N.ffn_{gate,up,down} of hidden width F:
+// the whole feed-forward block of a dense model, or Grok-2's MLP beside
+// the experts.
+func loadDense(src TensorSource, i, F, D int) (*DenseBlock, error) {
+	name := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", i, s) }
+	d := &DenseBlock{}
+	var err error
+	if d.Linear, err = loadLinear(src, name("ffn_gate"), F, D); err != nil {
+		return nil, err
+	}
+	if d.LinearV, err = loadLinear(src, name("ffn_up"), F, D); err != nil {
+		return nil, err
+	}
+	if d.Linear1, err = loadLinear(src, name("ffn_down"), D, F); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // Input is one sequence's share of a batched forward call: the tokens to
@@ -248,7 +269,7 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 		kernels.RMSNorm(xn[i*D:(i+1)*D], h[row*D:(row+1)*D], lm.RMSNorm.Scale, lm.RMSNorm.Eps)
 	}
 	logits := ws.ensureLogits(rows, c.VocabSize)
-	ws.matmul(xn, rows, c.OutputMultiplierScale, []*Linear{&lm.Unembed}, logits)
+	ws.matmulCapped(xn, rows, c.OutputMultiplierScale, c.FinalLogitCap, []*Linear{&lm.Unembed}, logits)
 	ws.pool = nil
 	return logits, nil
 }

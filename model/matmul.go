@@ -63,6 +63,9 @@ type matTask struct {
 	x     []float32
 	n     int
 	scale float32 // if not 0, outputs are multiplied by it (the unembedding)
+	// softcap, if not 0, caps the scaled outputs at cap·tanh(y/cap) in the
+	// same pass (Grok-2's final logit soft-cap).
+	softcap float32
 }
 
 func (t *matTask) Run(_, lo, hi int) {
@@ -77,7 +80,11 @@ func (t *matTask) Run(_, lo, hi int) {
 		} else {
 			kernels.MatMulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b)
 		}
-		scaleRange(t.dsts[j], t.mats[j].Out, t.n, a, b, t.scale)
+		if t.softcap != 0 {
+			capRange(t.dsts[j], t.mats[j].Out, t.n, a, b, t.scale, t.softcap)
+		} else {
+			scaleRange(t.dsts[j], t.mats[j].Out, t.n, a, b, t.scale)
+		}
 	}
 }
 
@@ -90,8 +97,14 @@ func alignUp(n int) int {
 // matmul computes dst_j = x·W_jᵀ for each matrix on the pool, scaling the
 // outputs by scale unless it is 0. Each dst_j is n×Out_j.
 func (ws *workspace) matmul(x []float32, n int, scale float32, mats []*Linear, dsts ...[]float32) {
+	ws.matmulCapped(x, n, scale, 0, mats, dsts...)
+}
+
+// matmulCapped is matmul with the outputs then soft-capped at softcap
+// (0: not capped).
+func (ws *workspace) matmulCapped(x []float32, n int, scale, softcap float32, mats []*Linear, dsts ...[]float32) {
 	t := &ws.matJob
-	t.m, t.x, t.n, t.scale = len(mats), x, n, scale
+	t.m, t.x, t.n, t.scale, t.softcap = len(mats), x, n, scale, softcap
 	off := 0
 	blocked := true
 	for j, l := range mats {
@@ -206,6 +219,17 @@ func (t *blockTask) Run(_, lo, hi int) {
 		}
 		p := &t.prods[j]
 		kernels.MatMulBlock(p.parts[u-base], p.x, p.n, p.m, u-base)
+	}
+}
+
+// capRange replaces outputs [lo, hi) of n rows of out by c·tanh(s·y/c)
+// (s = 1 if 0).
+func capRange(dst []float32, out, n, lo, hi int, s, c float32) {
+	if s == 0 {
+		s = 1
+	}
+	for i := 0; i < n; i++ {
+		kernels.Softcap(dst[i*out+lo:i*out+hi], s, c)
 	}
 }
 

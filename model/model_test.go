@@ -33,7 +33,15 @@ func randTokens(rng *rand.Rand, n, vocab int, pads bool) []int {
 // (semantics §4), pads included, for several prefill/chunk splits: bit for
 // bit, since every sum runs on the fixed grid whatever the call's size.
 func TestIncrementalEqualsFullPass(t *testing.T) {
-	c := testmodel.SmallConfig()
+	for _, cfg := range []struct {
+		name string
+		c    model.Config
+	}{{"grok-1", testmodel.SmallConfig()}, {"grok-2", testmodel.SmallGrok2Config()}} {
+		t.Run(cfg.name, func(t *testing.T) { testIncrementalEqualsFullPass(t, cfg.c) })
+	}
+}
+
+func testIncrementalEqualsFullPass(t *testing.T, c model.Config) {
 	lm := mustModel(t, c, testmodel.Random(c, 1))
 	rng := rand.New(rand.NewPCG(2, 2))
 	for _, tc := range []struct {
@@ -84,6 +92,8 @@ func TestRaggedBatchEqualsAlone(t *testing.T) {
 	// tokens of one sequence alone do not.
 	long := testmodel.SmallConfig()
 	long.NumLayers, long.FFNSize, long.SequenceLen = 1, 2600, 128
+	long2 := long
+	long2.DenseFFNSize, long2.RouterLogitCap, long2.FinalLogitCap, long2.AttnTemperatureLen, long2.UntiedOutput = 2700, 2, 4, 4, true
 	for _, tc := range []struct {
 		name         string
 		c            model.Config
@@ -91,6 +101,8 @@ func TestRaggedBatchEqualsAlone(t *testing.T) {
 	}{
 		{"small", testmodel.SmallConfig(), []int{5, 0, 2}, []int{3, 9, 1}},
 		{"long", long, []int{20, 0, 7}, []int{40, 50, 1}},
+		{"grok-2", testmodel.SmallGrok2Config(), []int{5, 0, 2}, []int{3, 9, 1}},
+		{"grok-2-long", long2, []int{20, 0, 7}, []int{40, 50, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.c
@@ -278,6 +290,31 @@ func TestNewErrors(t *testing.T) {
 		{"dense MLP beside the experts (Grok-2)", func(s testmodel.Source) {
 			s["blk.1.ffn_up.weight"] = testmodel.F32("blk.1.ffn_up.weight", []int{c.FFNSize, c.EmbSize}, make([]float32, c.FFNSize*c.EmbSize))
 		}, "residual MoE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := testmodel.Random(c, 1)
+			tc.mutate(src)
+			_, err := model.New(c, src)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A Grok-2 config needs its dense MLP, of its width, and its own output.
+func TestNewErrorsGrok2(t *testing.T) {
+	c := testmodel.SmallGrok2Config()
+	for _, tc := range []struct {
+		name   string
+		mutate func(testmodel.Source)
+		want   string
+	}{
+		{"no output.weight", func(s testmodel.Source) { delete(s, "output.weight") }, `missing tensor "output.weight"`},
+		{"no dense MLP", func(s testmodel.Source) { delete(s, "blk.1.ffn_down.weight") }, `missing tensor "blk.1.ffn_down.weight"`},
+		{"dense MLP of the experts' width", func(s testmodel.Source) {
+			s["blk.0.ffn_gate.weight"] = testmodel.F32("blk.0.ffn_gate.weight", []int{c.FFNSize, c.EmbSize}, make([]float32, c.FFNSize*c.EmbSize))
+		}, "has shape"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := testmodel.Random(c, 1)

@@ -22,6 +22,15 @@ func midConfig() model.Config {
 	return c
 }
 
+// withGrok2 adds SmallGrok2Config's Grok-2 features to c, with a dense MLP
+// of width dense.
+func withGrok2(c model.Config, dense int) model.Config {
+	g := testmodel.SmallGrok2Config()
+	c.DenseFFNSize, c.RouterLogitCap, c.FinalLogitCap = dense, g.RouterLogitCap, g.FinalLogitCap
+	c.AttnTemperatureLen, c.UntiedOutput, c.RopeBase = g.AttnTemperatureLen, true, g.RopeBase
+	return c
+}
+
 // wideConfig has int8 [in, out] matrices of several row blocks
 // (kernels.BlockRows): q, k, v, linear and linear_v of 544 rows (blocks of
 // 256, 256, 32), linear_1 of 4 shards of 300 rows (two blocks each).
@@ -83,6 +92,10 @@ func TestLogitsIndependentOfThreads(t *testing.T) {
 		// Several blocks a matrix: two and three threads decode every
 		// matrix by blocks, five only linear_1 (8 blocks).
 		{"wide-xai-int8", wideConfig(), tensor.I8},
+		// Grok-2: the dense MLP runs as one more part of the experts' loops.
+		{"mid-grok2-f32", withGrok2(midConfig(), 160), tensor.F32},
+		{"mid-grok2-q8_0", withGrok2(midConfig(), 160), tensor.Q8_0},
+		{"wide-grok2-xai-int8", withGrok2(wideConfig(), 1500), tensor.I8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := testmodel.Random(tc.c, 31)
@@ -158,6 +171,8 @@ func TestDecodeStepDoesNotAllocate(t *testing.T) {
 		{"f32", midConfig(), f32},
 		{"xai-int8", midConfig(), xaiInt8(f32)},
 		{"xai-int8-wide", wideConfig(), xaiInt8(testmodel.Random(wideConfig(), 3))},
+		{"grok2", withGrok2(midConfig(), 160), testmodel.Random(withGrok2(midConfig(), 160), 3)},
+		{"grok2-xai-int8-wide", withGrok2(wideConfig(), 1500), xaiInt8(testmodel.Random(withGrok2(wideConfig(), 1500), 3))},
 	} {
 		for _, threads := range []int{1, 2, 3} {
 			lm := mustModel(t, src.c, src.src)
@@ -240,20 +255,22 @@ func BenchmarkPrefill(b *testing.B) {
 // expert runs in, never the order in which a token's expert terms are
 // added, so the logits are the same bits for any budget.
 func TestExpertGroupsSameBits(t *testing.T) {
-	c := midConfig()
-	src := testmodel.Random(c, 7)
-	var want []float32
-	for _, budget := range []int{512, 40, 9, 1} {
-		restore := model.SetMaxExpertRows(budget)
-		lm := mustModel(t, c, src)
-		got := script(t, lm, 9)
-		restore()
-		if want == nil {
-			want = got
-			continue
-		}
-		if d := testmodel.MaxAbsDiff(got, want); d != 0 {
-			t.Errorf("expert row budget %d: max |Δ| = %g against 512, want bit-identical", budget, d)
+	// Grok-2's dense MLP joins the last group, or runs in one of its own.
+	for _, c := range []model.Config{midConfig(), withGrok2(midConfig(), 160)} {
+		src := testmodel.Random(c, 7)
+		var want []float32
+		for _, budget := range []int{512, 40, 9, 1} {
+			restore := model.SetMaxExpertRows(budget)
+			lm := mustModel(t, c, src)
+			got := script(t, lm, 9)
+			restore()
+			if want == nil {
+				want = got
+				continue
+			}
+			if d := testmodel.MaxAbsDiff(got, want); d != 0 {
+				t.Errorf("dense %d, expert row budget %d: max |Δ| = %g against 512, want bit-identical", c.DenseFFNSize, budget, d)
+			}
 		}
 	}
 }

@@ -37,6 +37,11 @@ func TestEngineMatchesRef64(t *testing.T) {
 		{name: "untied output", c: base, untied: true},
 		{name: "xai int8", c: base, int8: true},
 		{name: "pads", c: base, pads: true},
+		{name: "grok-2", c: testmodel.SmallGrok2Config()},
+		{name: "grok-2 xai int8", c: testmodel.SmallGrok2Config(), int8: true},
+		{name: "grok-2 pads", c: testmodel.SmallGrok2Config(), pads: true},
+		{name: "grok-2 dense MLP only", c: with(func(c *model.Config) { c.DenseFFNSize = 96 })},
+		{name: "grok-2 temperature only", c: with(func(c *model.Config) { c.AttnTemperatureLen = 2 })},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := testmodel.Random(tc.c, 31)

@@ -5,11 +5,12 @@ import "github.com/grok-go/grok/kernels"
 // Router is model.py's Router (208-269): fp32 logits x·w over the experts,
 // softmax, and the top-k probabilities — used as gates as they are, NOT
 // renormalised to sum 1 (semantics §3, §7.1; llama.cpp differs here). No
-// noise, no bias and no softcapping (grok.router_logit_softcapping is ignored
-// on purpose: model.py has none).
+// noise and no bias. Grok-1 has no soft-cap (model.py); Grok-2 caps the
+// logits before the softmax (SGLang, semantics §G2 step 6).
 type Router struct {
-	W    Linear // E×D
-	TopK int
+	W        Linear // E×D
+	TopK     int
+	LogitCap float32 // r = cap·tanh(r/cap) before the softmax; 0: none
 }
 
 // Route computes, for n rows of x, the selected experts and their gates:
@@ -20,6 +21,9 @@ func (r *Router) Route(idx []int, gate, probs, x []float32, n int) {
 	r.W.Forward(probs, x, n)
 	for i := 0; i < n; i++ {
 		p := probs[i*E : (i+1)*E]
+		if r.LogitCap > 0 {
+			kernels.Softcap(p, 1, r.LogitCap)
+		}
 		kernels.Softmax(p)
 		ix, g := idx[i*r.TopK:(i+1)*r.TopK], gate[i*r.TopK:(i+1)*r.TopK]
 		for j := range ix {

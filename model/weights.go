@@ -25,6 +25,10 @@ import (
 //	blk.N.ffn_down_exps.weight      [E, D, F]   moe/linear_1
 //	blk.N.layer_output_norm.weight  [D]         rms_norm_3 (also accepted: post_ffw_norm)
 //
+// Grok-2 (semantics §G5) adds, beside the experts, its dense MLP
+// blk.N.ffn_{gate,up,down}.weight ([Fd, D], [Fd, D], [D, Fd]; Fd =
+// Config.DenseFFNSize) and an untied output.weight [V, D] (lm_head).
+//
 // Shapes are numpy order, [out, in] for matrices; a Tensor with Transposed
 // set stores the last two axes as [in, out] (Haiku's layout). Experts may
 // instead come one matrix each as blk.N.ffn_{gate,up,down}.E.weight, and a

@@ -19,6 +19,12 @@ import (
 // keys whose token is ≤ pad_token are masked (model.py 1225), and a query
 // whose every visible key is masked gets a zero attention output (see
 // model/attention.go).
+//
+// Grok-2's features (shared/design/grok2-semantics.md §2-§4, SGLang's
+// grok.py) follow the config's fields: a dense MLP beside the experts
+// (DenseFFNSize, output (mlp + moe)/√2), the router soft-cap, the attention
+// temperature log2(p)/log2(L) after the attention soft-cap, the final logit
+// soft-cap and a required untied output.weight.
 func Ref64(c model.Config, src model.TensorSource, tokens []int) ([]float64, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -62,9 +68,14 @@ func Ref64(c model.Config, src model.TensorSource, tokens []int) ([]float64, err
 	}
 	hf := refNorm(h, w.final, eps)
 	out := make([]float64, T*V)
+	fcap := float64(c.FinalLogitCap)
 	for t := range hf {
 		for v := 0; v < V; v++ {
-			out[t*V+v] = dot(hf[t], w.unembed[v*D:(v+1)*D]) * float64(c.OutputMultiplierScale)
+			y := dot(hf[t], w.unembed[v*D:(v+1)*D]) * float64(c.OutputMultiplierScale)
+			if fcap != 0 {
+				y = fcap * math.Tanh(y/fcap)
+			}
+			out[t*V+v] = y
 		}
 	}
 	return out, nil
@@ -77,6 +88,9 @@ type refLayer struct {
 	q, k, v, o                []float64
 	router                    []float64   // [E][D]
 	gate, up, down            [][]float64 // per expert: [F][D], [F][D], [D][F]
+	// Grok-2's dense MLP beside the experts ([Fd][D], [Fd][D], [D][Fd]),
+	// nil without one.
+	dgate, dup, ddown []float64
 }
 
 type refWeights struct {
@@ -92,7 +106,7 @@ func loadRef(c *model.Config, src model.TensorSource) (*refWeights, error) {
 		return nil, err
 	}
 	w.unembed = w.embed
-	if _, ok := src.Lookup("output.weight"); ok {
+	if _, ok := src.Lookup("output.weight"); ok || c.UntiedOutput {
 		if w.unembed, err = refTensor(src, "output.weight", c.VocabSize, D); err != nil {
 			return nil, err
 		}
@@ -148,6 +162,17 @@ func loadRef(c *model.Config, src model.TensorSource) (*refWeights, error) {
 			}
 			if L.down, err = refExperts(src, l, "down", E, D, F); err != nil {
 				return nil, err
+			}
+			if Fd := c.DenseFFNSize; Fd > 0 {
+				if L.dgate, err = refTensor(src, n("ffn_gate"), Fd, D); err != nil {
+					return nil, err
+				}
+				if L.dup, err = refTensor(src, n("ffn_up"), Fd, D); err != nil {
+					return nil, err
+				}
+				if L.ddown, err = refTensor(src, n("ffn_down"), D, Fd); err != nil {
+					return nil, err
+				}
 			}
 		}
 		w.layers = append(w.layers, L)
@@ -243,6 +268,11 @@ func refAttention(c *model.Config, L *refLayer, x [][]float64, keyOK []bool) [][
 	out := make([][]float64, T)
 	s := make([]float64, T)
 	for t := range x {
+		// Grok-2's attention temperature for the query at position t.
+		temp := 1.0
+		if L := c.AttnTemperatureLen; L > 0 && t > L {
+			temp = math.Log2(float64(t)) / math.Log2(float64(L))
+		}
 		o := make([]float64, Hq*K)
 		for hd := 0; hd < Hq; hd++ {
 			kv := hd / G // query head h reads kv head h / G
@@ -256,6 +286,7 @@ func refAttention(c *model.Config, L *refLayer, x [][]float64, keyOK []bool) [][
 				if capv != 0 {
 					sc = capv * math.Tanh(sc/capv)
 				}
+				sc *= temp
 				s[j] = sc
 				best = max(best, sc)
 			}
@@ -305,21 +336,29 @@ func refRope(x []float64, pos int, base float32) {
 
 // refFFN is the MoE (router softmax, top-k gates used as they are, NOT
 // renormalised) or, with num_experts ≤ 1, the dense block, for one row.
+// Grok-2 soft-caps the router logits and adds a dense MLP on the same row:
+// (mlp + moe)/√2.
 func refFFN(c *model.Config, L *refLayer, x []float64) []float64 {
 	D, F := c.EmbSize, c.FFNSize
-	expert := func(e int) []float64 {
-		g := matVec(L.gate[e], x, F)
-		u := matVec(L.up[e], x, F)
+	mlp := func(gate, up, down []float64, F int) []float64 {
+		g := matVec(gate, x, F)
+		u := matVec(up, x, F)
 		for i := range g {
 			g[i] = gelu(g[i]) * u[i]
 		}
-		return matVec(L.down[e], g, D)
+		return matVec(down, g, D)
 	}
+	expert := func(e int) []float64 { return mlp(L.gate[e], L.up[e], L.down[e], F) }
 	if c.NumExperts <= 1 {
 		return expert(0)
 	}
 	E := c.NumExperts
 	p := matVec(L.router, x, E)
+	if rc := float64(c.RouterLogitCap); rc != 0 {
+		for e := range p {
+			p[e] = rc * math.Tanh(p[e]/rc)
+		}
+	}
 	best := math.Inf(-1)
 	for _, r := range p {
 		best = max(best, r)
@@ -345,6 +384,12 @@ func refFFN(c *model.Config, L *refLayer, x []float64) []float64 {
 		y := expert(sel)
 		for i := range out {
 			out[i] += p[sel] * y[i]
+		}
+	}
+	if c.DenseFFNSize > 0 {
+		y := mlp(L.dgate, L.dup, L.ddown, c.DenseFFNSize)
+		for i := range out {
+			out[i] = (out[i] + y[i]) / math.Sqrt2
 		}
 	}
 	return out

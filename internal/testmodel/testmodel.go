@@ -31,6 +31,20 @@ func SmallConfig() model.Config {
 	}
 }
 
+// SmallGrok2Config is SmallConfig with every Grok-2 feature (semantics §G2),
+// each sized to act on these small random weights: a dense MLP beside the
+// experts, router and final soft-caps at about the logits' size, the
+// attention temperature from position 5 and an untied output.weight.
+func SmallGrok2Config() model.Config {
+	c := SmallConfig()
+	c.DenseFFNSize = 96
+	c.RouterLogitCap, c.FinalLogitCap = 2, 4
+	c.AttnTemperatureLen = 4
+	c.UntiedOutput = true
+	c.RopeBase = 208533496
+	return c
+}
+
 // F32 makes an F32 tensor from values.
 func F32(name string, shape []int, vals []float32) *tensor.Tensor {
 	data, _ := tensor.EncodeRow(nil, tensor.F32, vals)
@@ -85,6 +99,14 @@ func Random(c model.Config, seed uint64) Source {
 			mat(p("ffn_up"), 1, F, D)
 			mat(p("ffn_down"), 0.01, D, F)
 		}
+		if Fd := c.DenseFFNSize; Fd > 0 && E > 1 {
+			mat(p("ffn_gate"), 1, Fd, D)
+			mat(p("ffn_up"), 1, Fd, D)
+			mat(p("ffn_down"), 0.01, D, Fd)
+		}
+	}
+	if c.UntiedOutput {
+		mat("output.weight", 0.5, c.VocabSize, D)
 	}
 	return src
 }
