@@ -21,14 +21,37 @@ const (
 	defaultAttnSoftcap    = 30
 )
 
+// defaultRouterSoftcap is SGLang's router soft-cap for Grok-2, a constant
+// there (grok.py's Grok1MoE): the value of a Grok-2 file without the key.
+const defaultRouterSoftcap = 30
+
 // ConfigFromGGUF reads the model.Config of an arch-`grok` GGUF file from its
-// metadata (semantics §9), falling back to the tensor shapes for sizes a
-// writer may leave out.
+// metadata (semantics §9, §G5-§G6), falling back to the tensor shapes for
+// sizes a writer may leave out.
 func ConfigFromGGUF(f *gguf.File) (model.Config, error) {
+	c, _, err := configFromGGUF(f)
+	return c, err
+}
+
+// IsGrok2 reports whether a GGUF file holds a Grok-2 model: one with a
+// dense MLP beside its experts (blk.0.ffn_gate.weight and an expert count
+// above 1). llama.cpp's converter writes the same arch and keys for both
+// generations, router_logit_softcapping included, so the tensors decide
+// (semantics §G6).
+func IsGrok2(f *gguf.File) bool {
+	n, _ := f.Int("grok.expert_count")
+	_, dense := f.Info("blk.0.ffn_gate.weight")
+	return n > 1 && dense
+}
+
+// configFromGGUF is ConfigFromGGUF with the warnings the user should see:
+// keys read but deliberately not applied.
+func configFromGGUF(f *gguf.File) (model.Config, []string, error) {
 	var c model.Config
+	var warns []string
 	arch, _ := f.String("general.architecture")
 	if arch != "grok" {
-		return c, fmt.Errorf("gguf: general.architecture is %q; this engine runs arch \"grok\"", arch)
+		return c, nil, fmt.Errorf("gguf: general.architecture is %q; this engine runs arch \"grok\"", arch)
 	}
 	var errs []error
 	intKey := func(key string, required bool, def int) int {
@@ -87,14 +110,33 @@ func ConfigFromGGUF(f *gguf.File) (model.Config, error) {
 	c.OutputMultiplierScale = floatKey("logit_scale", defaultLogitScale)
 	c.AttnOutputMultiplier = floatKey("attention.output_scale", defaultAttnOutScale)
 	c.AttnLogitCap = floatKey("attn_logit_softcapping", defaultAttnSoftcap)
-	// grok.router_logit_softcapping is deliberately ignored: model.py has no
-	// router softcap and llama.cpp reads the key but never applies it (§7.4).
-	if v, ok := f.Float("grok.final_logit_softcapping"); ok && v != 0 {
-		errs = append(errs, fmt.Errorf("grok.final_logit_softcapping = %g: final logit softcapping is Grok-2's, not supported", v))
+	if grok2 := IsGrok2(f); grok2 {
+		// Grok-2 (semantics §G2): with expert_feed_forward_length present,
+		// feed_forward_length is the dense MLP's width (llama.cpp's n_ff);
+		// without it, the tensor says.
+		if v, ok := f.Int("grok.expert_feed_forward_length"); ok && v > 0 {
+			c.DenseFFNSize = intKey("feed_forward_length", true, 0)
+		} else if ti, ok := f.Info("blk.0.ffn_gate.weight"); ok && len(ti.Dims) == 2 && ti.Dims[1] <= math.MaxInt32 {
+			c.DenseFFNSize = int(ti.Dims[1])
+		}
+		c.RouterLogitCap = floatKey("router_logit_softcapping", defaultRouterSoftcap)
+		c.UntiedOutput = true
+		if v, ok := f.String("grok.rope.scaling.type"); ok && v != "" && v != "none" {
+			factor, _ := f.Float("grok.rope.scaling.factor")
+			warns = append(warns, fmt.Sprintf("grok.rope.scaling.type = %q (factor %g) ignored: Grok-2's rope_type \"original\" is plain RoPE (SGLang); llama.cpp's converter writes YaRN for it (semantics §G7)", v, factor))
+		}
+	} else {
+		// grok.router_logit_softcapping is deliberately ignored for Grok-1:
+		// model.py has no router softcap and llama.cpp's converter writes
+		// the key for every grok file (semantics §7.4, §G6).
+		if v, ok := f.String("grok.rope.scaling.type"); ok && v != "" && v != "none" {
+			errs = append(errs, fmt.Errorf("grok.rope.scaling.type = %q: RoPE scaling is not supported", v))
+		}
 	}
-	if v, ok := f.String("grok.rope.scaling.type"); ok && v != "" && v != "none" {
-		errs = append(errs, fmt.Errorf("grok.rope.scaling.type = %q: RoPE scaling is not supported", v))
-	}
+	// The final soft-cap and the attention temperature act wherever a file
+	// sets them (semantics §G6).
+	c.FinalLogitCap = floatKey("final_logit_softcapping", 0)
+	c.AttnTemperatureLen = intKey("attention.temperature_length", false, 0)
 	c.PadToken = 0
 	if v, ok := f.Int("tokenizer.ggml.padding_token_id"); ok && v >= 0 {
 		c.PadToken = int(v)
@@ -104,12 +146,12 @@ func ConfigFromGGUF(f *gguf.File) (model.Config, error) {
 		c.EOSToken = int(v)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return c, fmt.Errorf("gguf: %w", err)
+		return c, nil, fmt.Errorf("gguf: %w", err)
 	}
 	if err := c.Validate(); err != nil {
-		return c, err
+		return c, nil, err
 	}
-	return c, nil
+	return c, warns, nil
 }
 
 // checkCounts compares the counts and sizes of c with the tensors f holds, so
@@ -163,6 +205,9 @@ func checkCounts(f *gguf.File, c *model.Config) error {
 		dim("grok.expert_count", int64(c.NumExperts), "blk.0.ffn_gate_exps.weight", 2)
 		dim(ffnKey, int64(c.FFNSize), "blk.0.ffn_gate_exps.weight", 1)
 		dim(ffnKey, int64(c.FFNSize), "blk.0.ffn_gate.0.weight", 1)
+		if c.DenseFFNSize > 0 {
+			dim("grok.feed_forward_length", int64(c.DenseFFNSize), "blk.0.ffn_gate.weight", 1)
+		}
 	} else {
 		dim(ffnKey, int64(c.FFNSize), "blk.0.ffn_gate.weight", 1)
 	}
@@ -202,17 +247,28 @@ type MetaKV struct {
 }
 
 // GGUFMetadata is the inverse of ConfigFromGGUF: the general.* and grok.*
-// keys of semantics §9 for c, in the order llama.cpp's converter and our
-// test-model generator write them.
+// keys of semantics §9 (and §G5 for Grok-2) for c, in the order llama.cpp's
+// converter and our test-model generator write them. That a file is Grok-2
+// is told by its dense MLP tensors, not by a key (see IsGrok2).
 func GGUFMetadata(name string, c *model.Config) []MetaKV {
 	u := func(v int) uint32 { return uint32(v) }
-	return []MetaKV{
+	ffn, routerCap := c.FFNSize, c.RouterLogitCap
+	if c.DenseFFNSize > 0 {
+		ffn = c.DenseFFNSize // llama.cpp's n_ff: the dense MLP
+	}
+	if routerCap == 0 {
+		// Written as llama.cpp's converter writes it; neither model.py nor
+		// llama.cpp applies it (semantics §7.4), and ConfigFromGGUF ignores
+		// it in a Grok-1 file.
+		routerCap = 30
+	}
+	kvs := []MetaKV{
 		{"general.architecture", "grok"},
 		{"general.name", name},
 		{"grok.context_length", u(c.SequenceLen)},
 		{"grok.embedding_length", u(c.EmbSize)},
 		{"grok.block_count", u(c.NumLayers)},
-		{"grok.feed_forward_length", u(c.FFNSize)},
+		{"grok.feed_forward_length", u(ffn)},
 		{"grok.expert_feed_forward_length", u(c.FFNSize)},
 		{"grok.attention.head_count", u(c.NumQHeads)},
 		{"grok.attention.head_count_kv", u(c.NumKVHeads)},
@@ -227,11 +283,15 @@ func GGUFMetadata(name string, c *model.Config) []MetaKV {
 		{"grok.logit_scale", c.OutputMultiplierScale},
 		{"grok.attention.output_scale", c.AttnOutputMultiplier},
 		{"grok.attn_logit_softcapping", c.AttnLogitCap},
-		// Written as llama.cpp's converter writes it; neither model.py nor
-		// llama.cpp applies it (semantics §7.4), and ConfigFromGGUF ignores it.
-		{"grok.router_logit_softcapping", float32(30)},
-		{"grok.vocab_size", u(c.VocabSize)},
+		{"grok.router_logit_softcapping", routerCap},
 	}
+	if c.FinalLogitCap != 0 {
+		kvs = append(kvs, MetaKV{"grok.final_logit_softcapping", c.FinalLogitCap})
+	}
+	if c.AttnTemperatureLen > 0 {
+		kvs = append(kvs, MetaKV{"grok.attention.temperature_length", u(c.AttnTemperatureLen)})
+	}
+	return append(kvs, MetaKV{"grok.vocab_size", u(c.VocabSize)})
 }
 
 // ggufSource adapts a gguf.File to model.TensorSource.

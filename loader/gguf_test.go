@@ -14,7 +14,13 @@ import (
 // dropped (nil), and tensors replaced by a Q4_K stand-in or dropped.
 func rewrite(t *testing.T, kv map[string]any, q4k, drop string) string {
 	t.Helper()
-	src, err := gguf.Open(filepath.Join(goldenDir, "grok-tiny.gguf"))
+	return rewriteFrom(t, filepath.Join(goldenDir, "grok-tiny.gguf"), kv, q4k, drop)
+}
+
+// rewriteFrom is rewrite of the GGUF file at path.
+func rewriteFrom(t *testing.T, path string, kv map[string]any, q4k, drop string) string {
+	t.Helper()
+	src, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +88,9 @@ func TestGGUFModelErrors(t *testing.T) {
 		{"heads not divisible", map[string]any{"grok.attention.head_count_kv": uint32(3)}, "", "", "not divisible"},
 		{"top-k over experts", map[string]any{"grok.expert_used_count": uint32(5)}, "", "", "num_selected_experts"},
 		{"shape disagrees with config", map[string]any{"grok.embedding_length": uint32(64)}, "", "", "has shape"},
-		{"final softcap", map[string]any{"grok.final_logit_softcapping": float32(30)}, "", "", "final_logit_softcapping"},
+		{"rope scaling in a Grok-1 file", map[string]any{"grok.rope.scaling.type": "yarn"}, "", "", "RoPE scaling is not supported"},
+		{"temperature length 1", map[string]any{"grok.attention.temperature_length": uint32(1)}, "", "", "attn_temperature_len"},
+		{"negative final softcap", map[string]any{"grok.final_logit_softcapping": float32(-1)}, "", "", "final logit cap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Open(rewrite(t, tc.kv, tc.q4k, tc.drop), Options{})

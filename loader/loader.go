@@ -128,7 +128,7 @@ func FromGGUFBytes(data []byte, name string) (*Model, error) {
 }
 
 func fromGGUF(f *gguf.File, path string) (*Model, error) {
-	cfg, err := ConfigFromGGUF(f)
+	cfg, warns, err := configFromGGUF(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -149,7 +149,7 @@ func fromGGUF(f *gguf.File, path string) (*Model, error) {
 	if tok != nil && tok.VocabSize() > cfg.VocabSize {
 		return nil, fmt.Errorf("%s: the tokenizer has %d pieces but the model only %d", path, tok.VocabSize(), cfg.VocabSize)
 	}
-	return &Model{LanguageModel: lm, Format: "gguf", Path: path, GGUF: f, Source: ggufSource{f}, Tokenizer: tok}, nil
+	return &Model{LanguageModel: lm, Format: "gguf", Path: path, GGUF: f, Source: ggufSource{f}, Tokenizer: tok, Warnings: warns}, nil
 }
 
 // TensorDesc describes one tensor of a model file for `grok inspect`.

@@ -124,3 +124,44 @@ func itoa(i int) string {
 	}
 	return itoa(i/10) + string(rune('0'+i%10))
 }
+
+const grok2Dir = "../../testdata/grok2-tiny"
+
+// Ref64 with the Grok-2 features reproduces grok2-tiny's golden logits (an
+// independent float64 implementation of SGLang's Grok-2, stored as
+// float32) to their rounding, and the engine agrees with it.
+func TestRef64MatchesGrok2Golden(t *testing.T) {
+	m, err := loader.Open(filepath.Join(grok2Dir, "grok2-tiny.gguf"), loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	toks := testmodel.ReadTokens(t, grok2Dir)
+	for _, name := range []string{"len7", "len64", "len100"} {
+		want := testmodel.ReadLogits(t, filepath.Join(grok2Dir, "xai", "logits_"+name+".f32"))
+		ref, err := testmodel.Ref64(m.Config, m.Source, toks[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, agree := testmodel.Compare64(want, ref, m.Config.VocabSize)
+		var big float64
+		for _, v := range ref {
+			big = max(big, math.Abs(v))
+		}
+		tol := 2 * big * 0x1p-24
+		if d > tol || agree != 1 {
+			t.Errorf("%s: ref64 vs golden max |Δ| = %.3g (want ≤ %.3g), argmax agreement %.3f", name, d, tol, agree)
+		}
+		t.Logf("%s: ref64 vs golden max |Δ| = %.3g (tolerance %.3g)", name, d, tol)
+
+		got, err := testmodel.FullLogits(m.LanguageModel, toks[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, agree = testmodel.Compare64(got, ref, m.Config.VocabSize)
+		if d > 1e-3 || agree != 1 {
+			t.Errorf("%s: engine F32 vs ref64 max |Δ| = %.3g (want ≤ 1e-3), argmax agreement %.3f", name, d, agree)
+		}
+		t.Logf("%s: engine F32 vs ref64 max |Δ| = %.3g", name, d)
+	}
+}
