@@ -240,60 +240,6 @@ func blockIndex(name string) (n int, ok bool, err error) {
 	return int(v), true, nil
 }
 
-// MetaKV is one GGUF metadata pair to write.
-type MetaKV struct {
-	Key   string
-	Value any
-}
-
-// GGUFMetadata is the inverse of ConfigFromGGUF: the general.* and grok.*
-// keys of semantics §9 (and §G5 for Grok-2) for c, in the order llama.cpp's
-// converter and our test-model generator write them. That a file is Grok-2
-// is told by its dense MLP tensors, not by a key (see IsGrok2).
-func GGUFMetadata(name string, c *model.Config) []MetaKV {
-	u := func(v int) uint32 { return uint32(v) }
-	ffn, routerCap := c.FFNSize, c.RouterLogitCap
-	if c.DenseFFNSize > 0 {
-		ffn = c.DenseFFNSize // llama.cpp's n_ff: the dense MLP
-	}
-	if routerCap == 0 {
-		// Written as llama.cpp's converter writes it; neither model.py nor
-		// llama.cpp applies it (semantics §7.4), and ConfigFromGGUF ignores
-		// it in a Grok-1 file.
-		routerCap = 30
-	}
-	kvs := []MetaKV{
-		{"general.architecture", "grok"},
-		{"general.name", name},
-		{"grok.context_length", u(c.SequenceLen)},
-		{"grok.embedding_length", u(c.EmbSize)},
-		{"grok.block_count", u(c.NumLayers)},
-		{"grok.feed_forward_length", u(ffn)},
-		{"grok.expert_feed_forward_length", u(c.FFNSize)},
-		{"grok.attention.head_count", u(c.NumQHeads)},
-		{"grok.attention.head_count_kv", u(c.NumKVHeads)},
-		{"grok.attention.key_length", u(c.KeySize)},
-		{"grok.attention.value_length", u(c.KeySize)},
-		{"grok.rope.dimension_count", u(c.KeySize)},
-		{"grok.rope.freq_base", c.RopeBase},
-		{"grok.attention.layer_norm_rms_epsilon", c.RMSEps},
-		{"grok.expert_count", u(c.NumExperts)},
-		{"grok.expert_used_count", u(c.NumSelectedExperts)},
-		{"grok.embedding_scale", c.EmbeddingMultiplierScale},
-		{"grok.logit_scale", c.OutputMultiplierScale},
-		{"grok.attention.output_scale", c.AttnOutputMultiplier},
-		{"grok.attn_logit_softcapping", c.AttnLogitCap},
-		{"grok.router_logit_softcapping", routerCap},
-	}
-	if c.FinalLogitCap != 0 {
-		kvs = append(kvs, MetaKV{"grok.final_logit_softcapping", c.FinalLogitCap})
-	}
-	if c.AttnTemperatureLen > 0 {
-		kvs = append(kvs, MetaKV{"grok.attention.temperature_length", u(c.AttnTemperatureLen)})
-	}
-	return append(kvs, MetaKV{"grok.vocab_size", u(c.VocabSize)})
-}
-
 // ggufSource adapts a gguf.File to model.TensorSource.
 type ggufSource struct{ f *gguf.File }
 
