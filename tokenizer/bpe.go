@@ -727,3 +727,17 @@ func (d *BPEStreamDecoder) Flush() string {
 
 // Reset makes d ready to decode a new text.
 func (d *BPEStreamDecoder) Reset() { d.st = decoderState{pending: d.st.pending[:0]} }
+
+// TextDecoder is the streaming decoder of either tokenizer: the
+// SentencePiece Tokenizer's StreamDecoder and the BPE's BPEStreamDecoder
+// both have it, so a runner can stream with either.
+type TextDecoder interface {
+	Add(id int) (string, error)
+	Flush() string
+	Reset()
+}
+
+var (
+	_ TextDecoder = (*StreamDecoder)(nil)
+	_ TextDecoder = (*BPEStreamDecoder)(nil)
+)

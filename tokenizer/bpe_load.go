@@ -478,4 +478,3 @@ func hfMerges(raw json.RawMessage, whole map[string]uint32) ([]bpeMerge, error) 
 	}
 	return out, nil
 }
-

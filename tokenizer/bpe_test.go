@@ -72,11 +72,11 @@ func TestSplitterCases(t *testing.T) {
 		want []string
 	}{
 		{"Hello world", []string{"Hello", " world"}},
-		{"a  b", []string{"a", " ", " b"}},            // \s+(?!\S) leaves the last space
-		{"a   ", []string{"a", "   "}},               // at the end it takes all
-		{"a\t\tb", []string{"a", "\t", "\tb"}},       // a tab may lead a word
-		{"x \n\n y", []string{"x", " \n\n", " y"}},   // \s*[\r\n]+ stops after the last newline
-		{"x\n  \ny", []string{"x", "\n  \n", "y"}},   // ... which may come after spaces
+		{"a  b", []string{"a", " ", " b"}},         // \s+(?!\S) leaves the last space
+		{"a   ", []string{"a", "   "}},             // at the end it takes all
+		{"a\t\tb", []string{"a", "\t", "\tb"}},     // a tab may lead a word
+		{"x \n\n y", []string{"x", " \n\n", " y"}}, // \s*[\r\n]+ stops after the last newline
+		{"x\n  \ny", []string{"x", "\n  \n", "y"}}, // ... which may come after spaces
 		{"x  \u3000(", []string{"x", "  ", "\u3000", "("}},
 		{"12345", []string{"1", "2", "3", "4", "5"}}, // one digit a piece
 		{"it's I'LL we'Re 'ſ 'x", []string{"it", "'s", " I", "'LL", " we", "'Re", " '", "ſ", " '", "x"}},
