@@ -24,25 +24,25 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, b *backend, j 
 	st, err := b.eng.Submit(gctx, j.req)
 	switch {
 	case errors.Is(err, runner.ErrQueueFull):
-		writeError(w, unavailable(1, "The server is overloaded: all slots are busy and the queue is full. Retry later."))
+		j.writeError(w, unavailable(1, "The server is overloaded: all slots are busy and the queue is full. Retry later."))
 		return
 	case errors.Is(err, runner.ErrClosed):
-		writeError(w, unavailable(5, "The server is shutting down."))
+		j.writeError(w, unavailable(5, "The server is shutting down."))
 		return
 	case err != nil:
 		// Validation has caught what the runner would refuse; what is
 		// left is still the request's fault.
-		writeError(w, invalid("", "%v", err))
+		j.writeError(w, invalid("", "%v", err))
 		return
 	}
 	// Whatever way this handler ends, the slot is freed at the next step.
 	defer st.Cancel()
 
-	g := &gen{b: b, j: j, id: newID(j.chat), created: arrived.Unix(), model: s.opts.ModelID, trimLead: j.chat}
+	g := &gen{b: b, j: j, id: newID(j.chat), arrived: arrived, created: arrived.Unix(), model: s.opts.ModelID, trimLead: j.chat}
 	g.offset = utf8.RuneCountInString(j.echo)
 	var out streamOut
 	if j.stream {
-		out = newSSE(w)
+		out = newStreamOut(w, g)
 		out.start(g)
 	}
 	var firstTok time.Time
@@ -69,7 +69,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, b *backend, j 
 		}
 		if out != nil && (text != "" || len(toks) > 0) {
 			if !out.delta(g, text, toks) {
-				return // the write failed: the client is gone
+				// The write failed: the client is gone.
+				s.metrics.finished.WithLabelValues(runner.FinishCancelled).Inc()
+				s.clientGone(w, g, out)
+				return
 			}
 		}
 	}
@@ -109,26 +112,30 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, b *backend, j 
 			out.fail(fail)
 			return
 		}
-		out.finish(g, last.Finish, us)
+		out.finish(g, last, us)
 		return
 	}
 	if fail != nil {
-		writeError(w, fail)
+		j.writeError(w, fail)
 		return
 	}
-	writeJSON(w, http.StatusOK, g.whole(last.Finish, us))
+	writeJSON(w, http.StatusOK, g.whole(last, us))
 }
 
 // statusClientClosed is nginx's "client closed request": what the metrics
 // and logs record for a request whose client left before its answer.
 const statusClientClosed = 499
 
-// clientGone notes a client that left: no answer can reach it, but an
-// unanswered request is recorded as 499 rather than the default 200.
+// clientGone notes a client that left: no answer can reach it, but the
+// request is logged and recorded in the metrics as 499 rather than 200,
+// streamed or not (a stream's 200 went out before the client left).
 func (s *Server) clientGone(w http.ResponseWriter, g *gen, out streamOut) {
-	s.log.Debug("client gone", "id", g.id)
+	s.log.Info("client gone before the answer ended", "id", g.id, "status", statusClientClosed)
 	if out == nil {
 		w.WriteHeader(statusClientClosed)
+	}
+	if rec, ok := w.(*statusRecorder); ok {
+		rec.status = statusClientClosed
 	}
 }
 
@@ -159,6 +166,7 @@ type gen struct {
 	b        *backend
 	j        *job
 	id       string
+	arrived  time.Time
 	created  int64
 	model    string
 	trimLead bool // chat: drop the space the model writes after "Assistant:"
@@ -170,6 +178,11 @@ type gen struct {
 	offset   int             // code points before the completion (echo)
 	pending  []pendingToken
 	all      []pendingToken // released tokens, for the whole answer
+
+	sawEOS bool            // the answer ended with the EOS token
+	ids    []int           // generated ids but EOS (ollama's context, llama.cpp's tokens)
+	evIDs  []int           // those of the last event
+	raw    strings.Builder // all token text, stop strings included (llama.cpp: stopping_word)
 }
 
 type pendingToken struct {
@@ -188,6 +201,18 @@ func (g *gen) add(ev runner.Event) (string, []pendingToken) {
 	}
 	if !g.j.stream {
 		g.text.WriteString(text)
+	}
+	g.evIDs = g.evIDs[:0]
+	for _, ti := range ev.Tokens {
+		if ti.ID == g.b.eos && !g.j.req.IgnoreEOS {
+			g.sawEOS = true
+			continue
+		}
+		g.evIDs = append(g.evIDs, ti.ID)
+		if g.j.kind != kindOpenAI {
+			g.ids = append(g.ids, ti.ID)
+			g.raw.WriteString(ti.Text)
+		}
 	}
 	if !g.j.logprobs {
 		return text, nil
@@ -235,8 +260,15 @@ func (g *gen) completionLogprobs(toks []pendingToken) *completionLogprobs {
 		for _, a := range t.Top {
 			top[g.b.tokenText(a.Token)] = jsonLogprob(a.Logprob)
 		}
-		if _, ok := top[t.Text]; !ok {
-			top[t.Text] = jsonLogprob(t.Logprob)
+		// The sampled token under the name it has among alternatives: a
+		// byte that leaves a character incomplete has no text of its own,
+		// and keyed by "" it would appear twice.
+		key := t.Text
+		if key == "" {
+			key = g.b.tokenText(t.ID)
+		}
+		if _, ok := top[key]; !ok {
+			top[key] = jsonLogprob(t.Logprob)
 		}
 		lp.TopLogprobs = append(lp.TopLogprobs, top)
 	}
@@ -263,7 +295,14 @@ func (g *gen) chatLogprobs(toks []pendingToken) *chatLogprobs {
 }
 
 // whole is the non-streamed response.
-func (g *gen) whole(finish string, u *usage) any {
+func (g *gen) whole(last runner.Event, u *usage) any {
+	switch g.j.kind {
+	case kindOllama:
+		return g.ollamaFinal(last, true)
+	case kindLlama:
+		return g.llamaFinal(last, true)
+	}
+	finish := last.Finish
 	if g.j.chat {
 		ch := chatChoice{Message: chatMessage{Role: "assistant", Content: g.text.String()}, FinishReason: finish}
 		if g.j.logprobs {

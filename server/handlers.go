@@ -11,6 +11,13 @@ const chatStop = "\nUser:"
 // failure it writes the error response and returns nil; on success the
 // caller must call s.release when the request ends.
 func (s *Server) accept(w http.ResponseWriter, r *http.Request, req any, model *string) *backend {
+	return s.acceptAs(w, r, req, model, kindOpenAI)
+}
+
+// acceptAs is accept for the API kind: it decides how the model name is
+// checked (llama.cpp's routes ignore it, as llama.cpp does, when model is
+// nil) and the shape of the error.
+func (s *Server) acceptAs(w http.ResponseWriter, r *http.Request, req any, model *string, kind apiKind) *backend {
 	var body []byte
 	e := checkContentType(r)
 	if e == nil {
@@ -20,14 +27,19 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, req any, model *
 		e = decodeBody(body, req)
 	}
 	if e == nil {
-		e = s.checkModel(*model)
+		switch {
+		case kind == kindOllama:
+			e = s.checkOllamaModel(*model)
+		case model != nil:
+			e = s.checkModel(*model)
+		}
 	}
 	var b *backend
 	if e == nil {
 		b, e = s.ready()
 	}
 	if e != nil {
-		writeError(w, e)
+		(&job{kind: kind}).writeError(w, e)
 		return nil
 	}
 	return b

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"reflect"
 	"strings"
 
@@ -27,7 +28,17 @@ const (
 	defaultCompletionTokens = 16
 )
 
-// job is a parsed, validated generation request, common to both endpoints.
+// apiKind is the API a request came in by: it decides the shape of the
+// answer and of its errors.
+type apiKind int
+
+const (
+	kindOpenAI apiKind = iota
+	kindOllama         // /api/generate, /api/chat
+	kindLlama          // llama.cpp's /completion
+)
+
+// job is a parsed, validated generation request, common to all endpoints.
 type job struct {
 	req          runner.Request
 	stream       bool
@@ -35,6 +46,23 @@ type job struct {
 	logprobs     bool // report logprobs
 	echo         string
 	chat         bool
+	kind         apiKind
+	// ollama: /api/generate (not chat) returns the context ids.
+	ollamaGenerate bool
+	ollamaModel    string // the name the request gave, which answers echo
+	// llama.cpp: the settings echoed in generation_settings, and whether
+	// the answer lists its token ids.
+	llama        *llamaSettings
+	returnTokens bool
+}
+
+// writeError writes e in the shape of the job's API.
+func (j *job) writeError(w http.ResponseWriter, e *apiError) {
+	if j.kind == kindOllama {
+		writeOllamaError(w, e)
+		return
+	}
+	writeError(w, e)
 }
 
 // decodeBody unmarshals a JSON object into v, turning encoding/json's

@@ -50,6 +50,15 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Logger receives request and error logs (default slog.Default()).
 	Logger *slog.Logger
+	// APIKeys, when not empty, are the keys a request must present as
+	// "Authorization: Bearer KEY" (or "X-Api-Key: KEY"); others get 401.
+	// /health and CORS preflights need none.
+	APIKeys []string
+	// CORSOrigins are the browser origins allowed to call the API ("*":
+	// any). Other origins get no CORS headers, so browsers refuse them.
+	CORSOrigins []string
+	// Version is reported by /api/version and /props (default "dev").
+	Version string
 }
 
 // Model is what a Server serves: an engine and what the server reports
@@ -62,6 +71,22 @@ type Model struct {
 	// server does not evaluate Jinja templates; it logs that it uses its
 	// plain template instead.
 	ChatTemplate string
+	// Info describes the model file for /api/tags, /api/show, /api/ps
+	// and /props. It may be left zero.
+	Info ModelInfo
+}
+
+// ModelInfo is what the server reports about the model file.
+type ModelInfo struct {
+	Path           string    // the file or folder it was loaded from ("" for the embedded model)
+	Format         string    // "gguf", "xai", "safetensors"
+	SizeBytes      int64     // bytes of weights
+	ParameterCount int64     // weights' elements
+	Quantization   string    // the tensor type holding most bytes ("F16", "Q8_0")
+	ModifiedAt     time.Time // the file's modification time, if known
+	// Metadata is the GGUF's key/value metadata (large arrays summarised),
+	// for /api/show's model_info.
+	Metadata map[string]any
 }
 
 // backend is the state that exists once the model is loaded.
@@ -73,6 +98,9 @@ type backend struct {
 	byteOf []byte   // the byte of a byte-fallback piece
 	eos    int
 	ctx    int
+	info   ModelInfo
+	tmpl   string
+	loaded time.Time
 }
 
 // Server is an http.Handler serving the OpenAI-compatible API. It answers
@@ -109,6 +137,9 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
 	s := &Server{opts: opts, log: opts.Logger, created: time.Now().Unix(), idle: make(chan struct{})}
 	s.metrics = newMetrics(s)
 	s.handler = s.routes()
@@ -122,7 +153,7 @@ func (s *Server) Attach(m Model) error {
 	if tok == nil {
 		return errors.New("server: the model has no tokenizer")
 	}
-	b := &backend{eng: eng, tok: tok, eos: eng.EOS(), ctx: eng.Context()}
+	b := &backend{eng: eng, tok: tok, eos: eng.EOS(), ctx: eng.Context(), info: m.Info, tmpl: m.ChatTemplate, loaded: time.Now()}
 	b.vocab, b.isByte, b.byteOf = vocabTable(tok)
 	if m.ChatTemplate != "" {
 		s.log.Warn("the model file has a chat template (tokenizer.chat_template); it is not evaluated: chat requests use the plain template (System:/User:/Assistant: lines)")
@@ -276,6 +307,24 @@ func (s *Server) routes() http.Handler {
 		"/v1/models":           {"models", http.MethodGet, s.handleModels},
 		"/health":              {"health", http.MethodGet, s.handleHealth},
 		"/metrics":             {"metrics", http.MethodGet, s.metrics.handler.ServeHTTP},
+
+		// llama.cpp's own routes (tools/server/README.md).
+		"/completion":     {"llama_completion", http.MethodPost, s.handleLlamaCompletion},
+		"/completions":    {"llama_completion", http.MethodPost, s.handleLlamaCompletion},
+		"/tokenize":       {"tokenize", http.MethodPost, s.handleTokenize},
+		"/detokenize":     {"detokenize", http.MethodPost, s.handleDetokenize},
+		"/apply-template": {"apply_template", http.MethodPost, s.handleApplyTemplate},
+		"/props":          {"props", http.MethodGet, s.handleProps},
+		"/slots":          {"slots", http.MethodGet, s.handleSlots},
+
+		// ollama's routes (docs/api.md).
+		"/":             {"ollama_root", http.MethodGet, s.handleOllamaRoot},
+		"/api/generate": {"ollama_generate", http.MethodPost, s.handleOllamaGenerate},
+		"/api/chat":     {"ollama_chat", http.MethodPost, s.handleOllamaChat},
+		"/api/tags":     {"ollama_tags", http.MethodGet, s.handleOllamaTags},
+		"/api/show":     {"ollama_show", http.MethodPost, s.handleOllamaShow},
+		"/api/ps":       {"ollama_ps", http.MethodGet, s.handleOllamaPs},
+		"/api/version":  {"ollama_version", http.MethodGet, s.handleOllamaVersion},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength != 0 {
@@ -292,8 +341,15 @@ func (s *Server) routes() http.Handler {
 		if !ok {
 			rt = route{endpoint: "other"}
 		}
+		allowed := s.cors(w, r)
+		if isPreflight(r) {
+			s.instrument("cors_preflight", w, r, func(w http.ResponseWriter, r *http.Request) { s.preflight(w, r, allowed) })
+			return
+		}
 		s.instrument(rt.endpoint, w, r, func(w http.ResponseWriter, r *http.Request) {
 			switch {
+			case r.URL.Path != "/health" && !s.authorized(r):
+				s.unauthorized(w, r)
 			case !ok:
 				writeError(w, &apiError{status: http.StatusNotFound, Type: "invalid_request_error",
 					Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})

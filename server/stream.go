@@ -3,14 +3,28 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/grok-go/grok/runner"
 )
 
 // streamOut writes a streamed answer.
 type streamOut interface {
 	start(g *gen)
 	delta(g *gen, text string, toks []pendingToken) bool
-	finish(g *gen, reason string, u *usage)
+	finish(g *gen, last runner.Event, u *usage)
 	fail(e *apiError)
+}
+
+// newStreamOut starts the stream of g's API: OpenAI's and llama.cpp's are
+// server-sent events, ollama's newline-delimited JSON.
+func newStreamOut(w http.ResponseWriter, g *gen) streamOut {
+	switch g.j.kind {
+	case kindOllama:
+		return newNDJSON(w)
+	case kindLlama:
+		return &llamaSSE{newSSE(w)}
+	}
+	return newSSE(w)
 }
 
 // sse writes server-sent events: "data: {json}\n\n" per chunk and
@@ -84,7 +98,8 @@ func (e *sse) delta(g *gen, text string, toks []pendingToken) bool {
 		Choices: []completionChoice{ch}, Usage: e.usageField(g)})
 }
 
-func (e *sse) finish(g *gen, reason string, u *usage) {
+func (e *sse) finish(g *gen, last runner.Event, u *usage) {
+	reason := last.Finish
 	if g.j.chat {
 		e.send(chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.model,
 			Choices: []chatChunkChoice{{Delta: chatDelta{}, FinishReason: &reason}}, Usage: e.usageField(g)})
