@@ -17,14 +17,14 @@ import (
 func init() {
 	register(command{
 		name:    "inspect",
-		usage:   "-m MODEL [-c N] [--parallel N] [--check]",
-		summary: "print a model's config, tensor table, type mix, files and the memory a run needs; --check scans every weight for NaN/Inf",
+		usage:   "[-m MODEL] [-c N] [--parallel N] [--check]",
+		summary: "print a model's config, parameter count, GGUF metadata, tensor table, type mix, files and the memory a run needs; --check scans every weight for NaN/Inf",
 		run:     runInspect,
 	})
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("inspect", "-m MODEL [-c N] [--parallel N] [--check]", stderr)
+	fs := newFlagSet("inspect", "[-m MODEL] [-c N] [--parallel N] [--check]", stderr)
 	mf := addModelFlags(fs)
 	check := fs.Bool("check", false, "scan every tensor for NaN and infinities (reads the whole model); exit 1 if any has one")
 	ctxLen := fs.Int("c", 0, "context per slot for the memory estimate (0 = the model's, capped to what fits in memory as run and serve do)")
@@ -38,7 +38,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	if *ctxLen < 0 {
 		return usagef("-c must not be negative")
 	}
-	m, err := mf.open(stderr)
+	m, err := openModelOrDefault(mf, stderr)
 	if err != nil {
 		return err
 	}
@@ -60,6 +60,12 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	} {
 		fmt.Fprintf(w, "%s\t%v\n", kv.k, kv.v)
 	}
+	var params int64
+	for _, t := range m.Tensors() {
+		params += elements(t.Shape)
+	}
+	fmt.Fprintf(w, "parameters\t%d (%s)\n", params, humanCount(params))
+	writeMetadata(w, m)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "tensor\ttype\tshape")
 	var total int64
@@ -196,4 +202,33 @@ func writeMemory(w io.Writer, m *loader.Model, weights int64, ctx, slots int) er
 	fmt.Fprintf(w, "  KV memory\t%.0f bytes\t%.1f MB\n", kv, kv/1e6)
 	fmt.Fprintf(w, "  total\t%.0f bytes\t%.1f MB (plus the forward pass's workspace)\n", float64(weights)+kv, (float64(weights)+kv)/1e6)
 	return nil
+}
+
+// humanCount writes a parameter count as people say it: 6.4M, 314B.
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// writeMetadata lists a GGUF's key/value metadata in file order, long
+// arrays (the vocabulary) abbreviated to their length and type.
+func writeMetadata(w io.Writer, m *loader.Model) {
+	if m.GGUF == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nmetadata\t%d keys\n", len(m.GGUF.Metadata))
+	for _, kv := range m.GGUF.Metadata {
+		v := kv.Value.String()
+		if len(v) > 120 {
+			v = v[:117] + "..."
+		}
+		fmt.Fprintf(w, "  %s\t%s\n", kv.Key, strings.ReplaceAll(v, "\n", `\n`))
+	}
 }

@@ -17,7 +17,7 @@ import (
 func init() {
 	register(command{
 		name:    "logits",
-		usage:   "-m MODEL --tokens 5,17,42 [--tokens 7,8] [--incremental] [-o FILE]",
+		usage:   "[-m MODEL] --tokens 5,17,42 [--tokens 7,8] [--incremental] [-o FILE]",
 		summary: "write the logits of token sequences as little-endian float32",
 		run:     runLogits,
 	})
@@ -44,7 +44,7 @@ func parseTokens(s string) ([]int, error) {
 }
 
 func runLogits(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("logits", "-m MODEL --tokens 5,17,42 [--tokens 7,8] [--incremental] [-o FILE]", stderr)
+	fs := newFlagSet("logits", "[-m MODEL] --tokens 5,17,42 [--tokens 7,8] [--incremental] [-o FILE]", stderr)
 	mf := addModelFlags(fs)
 	var toks stringList
 	fs.Var(&toks, "tokens", "comma-separated token ids of one sequence (repeat for a batch)")
@@ -65,7 +65,7 @@ func runLogits(args []string, stdout, stderr io.Writer) error {
 		}
 		maxLen = max(maxLen, len(seqs[i]))
 	}
-	m, err := mf.open(stderr)
+	m, err := openModelOrDefault(mf, stderr)
 	if err != nil {
 		return err
 	}

@@ -72,14 +72,17 @@ func TestCommandErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"logits", "--tokens", "1,2"}, 2, "-m MODEL is required"},
+		{[]string{"logits"}, 2, "at least one --tokens"},
 		{[]string{"logits", "-m", tiny}, 2, "at least one --tokens"},
 		{[]string{"logits", "-m", tiny, "--tokens", "1,x"}, 2, "bad token id"},
 		{[]string{"logits", "-m", tiny, "--tokens", "1,512"}, 1, "outside the vocabulary"},
 		{[]string{"logits", "-m", "/nonexistent.gguf", "--tokens", "1"}, 1, "no such file"},
 		{[]string{"logits", "-m", "main.go", "--tokens", "1"}, 1, "unknown model format"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
-		{[]string{"tokenize"}, 2, "-t tokenizer.model or -m MODEL"},
+		{[]string{"tokenize", "-t", "x", "-m", "y"}, 2, "not both"},
+		{[]string{"serve", "--addr", ":1", "--port", "2"}, 2, "not both"},
+		{[]string{"serve", "--port", "70000"}, 2, "not a port"},
+		{[]string{"run", "-p", "a", "b"}, 2, "not both"},
 	} {
 		_, e, code := grok(t, tc.args...)
 		if code != tc.code || !strings.Contains(e, tc.want) {

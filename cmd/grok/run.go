@@ -43,7 +43,7 @@ type genFlags struct {
 
 func addGenFlags(fs *flag.FlagSet) *genFlags {
 	g := &genFlags{
-		n:           fs.Int("n", 128, "new tokens to generate at most (-1: until the context is full)"),
+		n:           fs.Int("n", 128, "new tokens to generate at most (0: none, -1: until the context is full)"),
 		temp:        fs.Float64("temp", 0.8, "temperature; 0 = greedy"),
 		topK:        fs.Int("top-k", 40, "keep the k most likely tokens (0 = off)"),
 		topP:        fs.Float64("top-p", 0.95, "nucleus sampling threshold, runners.py's rule (1 = off)"),
@@ -59,28 +59,33 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 		truncate:    fs.Bool("truncate", false, "keep the end of a prompt that does not fit the context instead of failing"),
 	}
 	fs.Var(&g.stop, "stop", "stop string (repeatable)")
+	fs.IntVar(g.n, "n-predict", 128, "same as -n")
+	fs.IntVar(g.ctx, "ctx-size", 0, "same as -c")
 	return g
 }
 
-func (g *genFlags) params() sampler.Params {
+// params are the sampling settings; random tells that the seed was drawn
+// here (-1), so that the caller can print it and the run can be repeated.
+func (g *genFlags) params() (p sampler.Params, random bool) {
 	seed := uint64(*g.seed)
 	if *g.seed < 0 {
-		seed = rand.Uint64()
+		// Below 2^63, so that --seed (an int64) can repeat the run.
+		seed, random = rand.Uint64()>>1, true
 	}
 	return sampler.Params{
 		Temperature: float32(*g.temp), TopK: *g.topK, TopP: float32(*g.topP), MinP: float32(*g.minP),
 		RepeatPenalty: float32(*g.repeatPen), RepeatLastN: *g.repeatLastN,
 		PresencePenalty: float32(*g.presPen), FrequencyPenalty: float32(*g.freqPen), Seed: seed,
-	}
+	}, random
 }
 
-func (g *genFlags) request(prompt []int) runner.Request {
-	n := *g.n
-	if n < 0 {
-		n = 0
-	}
-	return runner.Request{Prompt: prompt, MaxTokens: n, Sampling: g.params(), Stop: g.stop,
-		IgnoreEOS: *g.ignoreEOS, TruncatePrompt: *g.truncate}
+// request is the runner request for prompt. -n 0 is not one (it generates
+// nothing); a negative -n runs until the context is full, the runner's 0.
+func (g *genFlags) request(prompt []int) (req runner.Request, randomSeed bool) {
+	n := max(*g.n, 0)
+	p, random := g.params()
+	return runner.Request{Prompt: prompt, MaxTokens: n, Sampling: p, Stop: g.stop,
+		IgnoreEOS: *g.ignoreEOS, TruncatePrompt: *g.truncate}, random
 }
 
 // openModelOrDefault opens -m, or the embedded demo model when it is empty.
@@ -151,14 +156,25 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	g := addGenFlags(fs)
 	noEcho := fs.Bool("no-display-prompt", false, "print only the continuation, not the prompt")
 	quiet := fs.Bool("q", false, "do not print timings to stderr")
+	promptFlag := fs.String("p", "", "the prompt (llama.cpp's spelling; else the arguments, else stdin)")
+	fs.StringVar(promptFlag, "prompt", "", "same as -p")
+	compat := addLlamaCompat(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
+	promptSet := false
+	fs.Visit(func(f *flag.Flag) { promptSet = promptSet || f.Name == "p" || f.Name == "prompt" })
+	compat.notes(fs, stderr)
 	var prompt string
-	if len(pos) > 0 {
+	switch {
+	case promptSet && len(pos) > 0:
+		return usagef("give the prompt with -p or as arguments, not both")
+	case promptSet:
+		prompt = *promptFlag
+	case len(pos) > 0:
 		prompt = strings.Join(pos, " ")
-	} else {
+	default:
 		b, err := io.ReadAll(os.Stdin)
 		if err != nil {
 			return err
@@ -186,7 +202,21 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()
-	st, err := eng.Submit(ctx, g.request(ids))
+	req, randomSeed := g.request(ids)
+	if randomSeed && !*quiet {
+		fmt.Fprintf(stderr, "seed: %d\n", req.Sampling.Seed)
+	}
+	if *g.n == 0 {
+		// llama.cpp's -n 0: nothing is generated.
+		if !*noEcho {
+			fmt.Fprintln(stdout, prompt)
+		}
+		if !*quiet {
+			fmt.Fprintf(stderr, "\nprompt: %d tokens; generation: 0 tokens (-n 0)\n", len(ids))
+		}
+		return nil
+	}
+	st, err := eng.Submit(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,8 +24,8 @@ import (
 func init() {
 	register(command{
 		name:    "serve",
-		usage:   "[-m MODEL] [--addr 127.0.0.1:8080] [--parallel N] [--ctx N] [--queue N] [--timeout DUR] [-t THREADS]",
-		summary: "serve an OpenAI-compatible API (completions, chat) with continuous batching",
+		usage:   "[-m MODEL] [--host 127.0.0.1] [--port 8080] [-np N] [--ctx-size N] [--api-key KEY] [--cors ORIGIN] [flags]",
+		summary: "serve the OpenAI, ollama and llama.cpp APIs (completions, chat) with continuous batching",
 		run:     runServe,
 	})
 }
@@ -31,10 +33,18 @@ func init() {
 func runServe(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "[-m MODEL] [flags]", stderr)
 	mf := addModelFlags(fs)
-	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (or --host and --port)")
+	host := fs.String("host", "127.0.0.1", "address to listen on (llama.cpp's spelling; with --port)")
+	port := fs.Int("port", 8080, "port to listen on (llama.cpp's spelling; with --host)")
 	parallel := fs.Int("parallel", 4, "requests decoded together in one batch (slots); each holds a KV memory of --ctx rows")
+	fs.IntVar(parallel, "np", 4, "same as --parallel")
 	ctxLen := fs.Int("ctx", 0, "context per slot in tokens, prompt and completion together (0 = the model's, capped to what fits in memory)")
 	fs.IntVar(ctxLen, "c", 0, "same as --ctx")
+	fs.IntVar(ctxLen, "ctx-size", 0, "same as --ctx")
+	var apiKeys, cors stringList
+	fs.Var(&apiKeys, "api-key", "API key clients must send as `Authorization: Bearer KEY` (repeatable or a comma list; default $GROK_API_KEY or $LLAMA_API_KEY); /health needs none")
+	fs.Var(&cors, "cors", "browser origin allowed to call the API (repeatable or a comma list; * = any); without it, no CORS headers")
+	compat := addLlamaCompat(fs)
 	queue := fs.Int("queue", 64, "requests that may wait for a slot; beyond it requests get 503 with Retry-After")
 	timeout := fs.Duration("timeout", 10*time.Minute, "limit on one request, queueing included (0 = none)")
 	grace := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
@@ -50,6 +60,27 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["host"] || set["port"] {
+		if set["addr"] {
+			return usagef("give --addr or --host/--port, not both")
+		}
+		if *port < 0 || *port > 65535 {
+			return usagef("--port %d is not a port number", *port)
+		}
+		*addr = net.JoinHostPort(*host, strconv.Itoa(*port))
+	}
+	keys := splitList(apiKeys)
+	if len(keys) == 0 {
+		// llama.cpp's variable too, so that a llama.cpp deployment keeps its key.
+		for _, env := range []string{"GROK_API_KEY", "LLAMA_API_KEY"} {
+			if keys = splitList([]string{os.Getenv(env)}); len(keys) > 0 {
+				break
+			}
+		}
+	}
+	compat.notes(fs, stderr)
 	switch {
 	case *parallel < 1:
 		return usagef("--parallel must be at least 1")
@@ -68,7 +99,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		id = modelID(*mf.path)
 	}
 	srv := server.New(server.Options{ModelID: id, Timeout: *timeout, ShutdownTimeout: *grace,
-		MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, Logger: log})
+		MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, Logger: log,
+		APIKeys: keys, CORSOrigins: splitList(cors), Version: version()})
+	if len(keys) == 0 && !isLoopback(*addr) {
+		log.Warn("listening beyond this machine without an API key: anyone who can reach it can use it (set --api-key)", "addr", *addr)
+	}
 
 	// Listen before loading, so that a busy port fails at once and /health
 	// answers 503 while a large model maps in.
@@ -109,7 +144,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		}
 		log.Info("model loaded", "path", m.Path, "took", time.Since(start).Round(time.Millisecond),
 			"slots", *parallel, "context", eng.Context())
-		return server.Model{Engine: eng, ChatTemplate: tmpl}, nil
+		return server.Model{Engine: eng, ChatTemplate: tmpl, Info: modelInfo(m)}, nil
 	})
 	select {
 	case m := <-loaded:
@@ -132,4 +167,56 @@ func modelID(path string) string {
 		}
 	}
 	return base
+}
+
+// isLoopback reports whether addr listens on this machine only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// modelInfo is what the server reports about m (ollama's /api/tags and
+// /api/show, llama.cpp's /props).
+func modelInfo(m *loader.Model) server.ModelInfo {
+	in := server.ModelInfo{Path: m.Path, Format: m.Format}
+	var quantBytes map[string]int64 = map[string]int64{}
+	for _, t := range m.Tensors() {
+		in.SizeBytes += t.Bytes
+		in.ParameterCount += elements(t.Shape)
+		quantBytes[t.Type] += t.Bytes
+	}
+	for typ, b := range quantBytes {
+		if b > quantBytes[in.Quantization] || (b == quantBytes[in.Quantization] && typ < in.Quantization) {
+			in.Quantization = typ
+		}
+	}
+	if st, err := os.Stat(m.Path); err == nil {
+		in.ModifiedAt = st.ModTime()
+	}
+	if m.GGUF != nil {
+		in.Metadata = map[string]any{}
+		for _, kv := range m.GGUF.Metadata {
+			if kv.Value.Len() > 64 {
+				continue // the vocabulary and its scores: ollama leaves them out too
+			}
+			in.Metadata[kv.Key] = kv.Value.Data
+		}
+	}
+	return in
+}
+
+// elements is the number of values of a tensor shape.
+func elements(shape []int) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= int64(d)
+	}
+	return n
 }

@@ -14,13 +14,13 @@ import (
 func init() {
 	register(command{
 		name:    "tokenize",
-		usage:   "(-t tokenizer.model | -m MODEL)  < one JSON string per line",
+		usage:   "[-t tokenizer.model | -m MODEL]  < one JSON string per line",
 		summary: "encode JSON strings from stdin to JSON arrays of token ids",
 		run:     func(a []string, o, e io.Writer) error { return runTokenize(a, os.Stdin, o, e, false) },
 	})
 	register(command{
 		name:    "detokenize",
-		usage:   "(-t tokenizer.model | -m MODEL)  < one JSON array of ids per line",
+		usage:   "[-t tokenizer.model | -m MODEL]  < one JSON array of ids per line",
 		summary: "decode JSON arrays of token ids from stdin to JSON strings",
 		run:     func(a []string, o, e io.Writer) error { return runTokenize(a, os.Stdin, o, e, true) },
 	})
@@ -31,9 +31,9 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer, decod
 	if decode {
 		name = "detokenize"
 	}
-	fs := newFlagSet(name, "(-t tokenizer.model | -m MODEL)", stderr)
+	fs := newFlagSet(name, "[-t tokenizer.model | -m MODEL]", stderr)
 	tpath := fs.String("t", "", "a SentencePiece tokenizer.model")
-	mpath := fs.String("m", "", "a model whose embedded vocabulary to use (GGUF)")
+	mpath := fs.String("m", "", "a model whose embedded vocabulary to use (GGUF; default: the embedded demo model)")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
@@ -46,9 +46,9 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer, decod
 		if tok, err = tokenizer.Load(*tpath); err != nil {
 			return err
 		}
-	case *mpath != "":
+	default:
 		mf := &modelFlags{path: mpath, tokenizer: new(string), preset: new(string)}
-		m, err := mf.open(stderr)
+		m, err := openModelOrDefault(mf, stderr)
 		if err != nil {
 			return err
 		}
@@ -56,8 +56,6 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer, decod
 		if tok = m.Tokenizer; tok == nil {
 			return errors.New("the model has no tokenizer")
 		}
-	default:
-		return usagef("-t tokenizer.model or -m MODEL is required")
 	}
 	sc := bufio.NewScanner(stdin)
 	sc.Buffer(make([]byte, 1<<20), 256<<20)
