@@ -192,3 +192,27 @@ func TestByteTokenOnceInTopLogprobs(t *testing.T) {
 		t.Errorf("top_logprobs %v: the byte token is listed %d times", top, len(top))
 	}
 }
+
+// A model whose vocabulary is larger than its tokenizer (padded embedding
+// rows) is refused when attached, rather than failing mid-answer on the
+// first padded id it samples.
+func TestVocabularyLargerThanTokenizer(t *testing.T) {
+	m, err := demo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	padded := *m.LanguageModel
+	padded.Config.VocabSize = m.Tokenizer.VocabSize() + 64
+	eng, err := runner.New(&padded, m.Tokenizer, runner.Options{Context: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	err = New(Options{Logger: quietLogger()}).Attach(Model{Engine: eng})
+	if err == nil || !strings.Contains(err.Error(), "4160 rows but its tokenizer only 4096") {
+		t.Errorf("Attach: %v", err)
+	}
+	if CheckVocabulary(4096, 4096) != nil || CheckVocabulary(4096, 5000) != nil {
+		t.Error("a tokenizer as large as the vocabulary (or larger: the loader's case) is refused here")
+	}
+}

@@ -153,6 +153,9 @@ func (s *Server) Attach(m Model) error {
 	if tok == nil {
 		return errors.New("server: the model has no tokenizer")
 	}
+	if err := CheckVocabulary(eng.Model().Config.VocabSize, tok.VocabSize()); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
 	b := &backend{eng: eng, tok: tok, eos: eng.EOS(), ctx: eng.Context(), info: m.Info, tmpl: m.ChatTemplate, loaded: time.Now()}
 	b.vocab, b.isByte, b.byteOf = vocabTable(tok)
 	if m.ChatTemplate != "" {
@@ -161,6 +164,21 @@ func (s *Server) Attach(m Model) error {
 	s.be.Store(b)
 	s.log.Info("model ready", "model", s.opts.ModelID, "slots", eng.Slots(), "context", b.ctx)
 	return nil
+}
+
+// CheckVocabulary refuses a model whose vocabulary (the rows of its
+// embedding and output matrices) is larger than its tokenizer: the model
+// could sample an id that has no text, and generation would fail half-way.
+// llama.cpp refuses such a file at load too (the tensors' shape must match
+// the token list), and its converter pads the token list instead ([PAD…]
+// tokens); a tokenizer larger than the vocabulary is refused by the loader.
+func CheckVocabulary(modelVocab, tokenizerVocab int) error {
+	if tokenizerVocab >= modelVocab {
+		return nil
+	}
+	return fmt.Errorf("the model's vocabulary has %d rows but its tokenizer only %d pieces: ids %d to %d have no text, and generation would fail on the first one sampled. "+
+		"Use the tokenizer the model was trained with, or pad the tokenizer to %d pieces (as llama.cpp's converter does with [PAD] tokens)",
+		modelVocab, tokenizerVocab, tokenizerVocab, modelVocab-1, modelVocab)
 }
 
 // Drain makes the server refuse new generation requests (503 with

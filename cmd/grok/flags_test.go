@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/grok-go/grok/internal/defaultmodel"
+	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/runner"
 )
 
 // llama.cpp's spellings work, and the commands default to the embedded
@@ -63,5 +67,23 @@ func TestUnknownFlagOneLine(t *testing.T) {
 	_, e, code := grok(t, "run", "-h")
 	if code != 0 || strings.Count(e, "usage: grok run") != 1 || !strings.Contains(e, "-n-predict") {
 		t.Errorf("run -h: exit %d, %q", code, e)
+	}
+}
+
+// run and serve refuse a tokenizer smaller than the model's vocabulary
+// before they allocate anything (see server.CheckVocabulary).
+func TestNewEngineRefusesPaddedVocabulary(t *testing.T) {
+	m, err := loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	padded := *m.LanguageModel
+	padded.Config.VocabSize += 64
+	pm := *m
+	pm.LanguageModel = &padded
+	pm.Config = padded.Config
+	_, err = newEngine(&pm, runner.Options{Context: 8}, "-c", func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "only 4096 pieces") {
+		t.Errorf("newEngine: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/runner"
 	"github.com/grok-go/grok/sampler"
+	"github.com/grok-go/grok/server"
 )
 
 func init() {
@@ -125,6 +126,12 @@ func openModelOrDefault(mf *modelFlags, stderr io.Writer) (*loader.Model, error)
 // and the model's sequence_len did not fit in memory, it says so through
 // note; a KV memory too large for the machine gets an error naming ctxFlag.
 func newEngine(m *loader.Model, o runner.Options, ctxFlag string, note func(string)) (*runner.Engine, error) {
+	if m.Tokenizer != nil {
+		// Refused before the KV memory is allocated (see server.CheckVocabulary).
+		if err := server.CheckVocabulary(m.Config.VocabSize, m.Tokenizer.VocabSize()); err != nil {
+			return nil, err
+		}
+	}
 	eng, err := runner.New(m.LanguageModel, m.Tokenizer, o)
 	var me *runner.MemoryError
 	if errors.As(err, &me) {
