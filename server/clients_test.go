@@ -16,16 +16,21 @@ import (
 // TestStockClients runs the official ollama and openai npm packages
 // (testdata/node, installed by .ci/run with npm ci) against a server on
 // 127.0.0.1 that requires an API key. It skips when node or the packages
-// are absent.
+// are absent, except in CI (CI set), where .ci/run installs them and their
+// absence fails the test.
 func TestStockClients(t *testing.T) {
+	missing := t.Skipf
+	if os.Getenv("CI") != "" {
+		missing = t.Fatalf
+	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed: the stock-client test needs it")
+		missing("node is not installed: the stock-client test needs it (.ci/run installs it)")
 	}
 	dir := filepath.Join("testdata", "node")
 	for _, pkg := range []string{"ollama", "openai"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			t.Skipf("the npm package %s is not installed: run `npm ci --prefix server/testdata/node` (as .ci/run does)", pkg)
+			missing("the npm package %s is not installed: run `npm ci --prefix server/testdata/node` (as .ci/run does)", pkg)
 		}
 	}
 	ts := newTestServer(t, runner.Options{Slots: 2}, Options{APIKeys: []string{"sekret"}, Version: "9.8.7"})
