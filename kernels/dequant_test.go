@@ -197,3 +197,65 @@ func TestDequantKernelsEqualDequantizeRow(t *testing.T) {
 		}
 	})
 }
+
+// fusedTypes must have fused decode kernels at every assembly level.
+var fusedTypes = []tensor.DType{tensor.Q4_K, tensor.Q6_K, tensor.Q4_0, tensor.Q5_K, tensor.Q2_K, tensor.Q3_K}
+
+// The fused decode kernels give the bits of the two-pass path (dequantised
+// scratch, F32 kernels), which gives those of the F32 matrix of the
+// dequantised weights: for every n they serve, rows of one, two and three
+// spans and of lengths that are not a multiple of dotSpan (Grok-1's 6144
+// and 32768 among them), a 4-row tile and the single rows after it, and any
+// split of the rows.
+func TestFusedEqualsTwoPass(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		ks := active
+		if ks == nil {
+			t.Skip("no fused kernels in pure Go")
+		}
+		for _, dt := range fusedTypes {
+			if ks.fusedFamily(dt) == nil {
+				t.Errorf("%v has no fused kernels at this level", dt)
+			}
+		}
+		rng := rand.New(rand.NewPCG(11, 12))
+		for _, c := range dqTypes {
+			dt := c.dt
+			fam := ks.fusedFamily(dt)
+			if fam == nil {
+				continue
+			}
+			ins := []int{256, 1536, 2048, 2304, 4096, 6144, 32768}
+			if dt.BlockSize() == 32 {
+				ins = append(ins, 32, 32*37)
+			}
+			for _, in := range ins {
+				out := 6 // a tile and two single rows
+				if in >= 32768 {
+					out = 5
+				}
+				m := randBlockMat(t, rng, dt, out, in)
+				ref := f32OfDecoded(t, &m)
+				for n := 1; n <= fam.T; n++ {
+					x := randInputs(rng, n, in)
+					want := make([]float32, n*out)
+					MatMul(want, x, n, &ref)
+					noFused = true
+					two := make([]float32, n*out)
+					ks.dequantMatMul(two, x, n, &m, 0, out)
+					noFused = false
+					for _, mid := range []int{0, 1, 5} {
+						got := make([]float32, n*out)
+						ks.dequantMatMul(got, x, n, &m, 0, mid)
+						ks.dequantMatMul(got, x, n, &m, mid, out)
+						for i := range want {
+							if math.Float32bits(got[i]) != math.Float32bits(two[i]) || math.Float32bits(two[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%v %dx%d n=%d split %d: element %d is %g fused, %g two-pass, %g F32", dt, out, in, n, mid, i, got[i], two[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -155,6 +155,10 @@ type kernelSet struct {
 	// dequant decodes blocks for dequantMatMul; a zero entry (or a nil
 	// table) leaves the type to tensor.DecodeRow.
 	dequant *[numDQ]dequantKernel
+	// fused multiplies blocks of the dequantisers' types without scratch
+	// for decode (dequantMatMul); a family without kernels (or a nil
+	// table) leaves the type to the two-pass path.
+	fused *[numDQ]dotFamily
 }
 
 // active is the kernel set in use; nil means the pure-Go reference.

@@ -240,13 +240,58 @@ func hasDotKernels(t tensor.DType) bool {
 // bits (tensor.DecodeRow), and multiplied by the F32 kernels for all the
 // tokens. The spans are those of the fixed grid, so the product has exactly
 // the bits of the F32 matrix of the dequantised weights, for any n.
+//
+// Decode (n ≤ T) of the types with fused kernels multiplies the blocks
+// without the scratch (fusedDecode), with the same bits.
 func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
-	fam := &ks.dot[wkF32]
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
 	for t := 0; t < n; t++ {
 		clear(dst[t*Out+lo : t*Out+hi])
 	}
+	if ff := ks.fusedFamily(m.Type); ff != nil && n <= ff.T && In%ff.E == 0 && !noFused {
+		fusedDecode(dst, x, n, m, lo, hi, ff, rb)
+		return
+	}
+	ks.dequantTwoPass(dst, x, n, m, lo, hi)
+}
+
+// noFused turns the fused kernels off, for tests comparing them with the
+// two-pass path.
+var noFused bool
+
+// fusedFamily returns the fused kernels of t, or nil.
+func (ks *kernelSet) fusedFamily(t tensor.DType) *dotFamily {
+	k := dqKind(t)
+	if k < 0 || ks == nil || ks.fused == nil || len(ks.fused[k].full) == 0 {
+		return nil
+	}
+	return &ks.fused[k]
+}
+
+// fusedDecode is dequantMatMul for a decode step with t's fused kernels:
+// one call a tile of rows, each row front to back, the kernels counting
+// the spans; the rows past the last whole tile one by one, as the
+// two-pass path takes them. Validate checked that every row is In/E whole
+// blocks.
+func fusedDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
+	In, Out := m.In, m.Out
+	steps := In / fam.E
+	full, one := fam.full[n-1], fam.one[n-1]
+	r0 := lo
+	for ; r0+fam.R <= hi; r0 += fam.R {
+		full.call(&m.Data[r0*rb], rb, &x[0], 4*In, steps, &dst[r0], 4*Out, nil)
+	}
+	for ; r0 < hi; r0++ {
+		one.call(&m.Data[r0*rb], rb, &x[0], 4*In, steps, &dst[r0], 4*Out, nil)
+	}
+}
+
+// dequantTwoPass is dequantMatMul through float32 scratch (dst cleared).
+func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int) {
+	fam := &ks.dot[wkF32]
+	In, Out := m.In, m.Out
+	rb, _ := m.Type.RowBytes(In)
 	c := min(In, dotSpan)
 	wp := getScratch(fam.R * c)
 	defer scratchPool.Put(wp)

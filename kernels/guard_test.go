@@ -117,3 +117,42 @@ func TestDequantKernelsStayInBounds(t *testing.T) {
 		}
 	})
 }
+
+// The fused kernels read no byte past a matrix's last block, nor past the
+// activations of the last token, for every n they serve: both end at a
+// guard page.
+func TestFusedKernelsStayInBounds(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		ks := active
+		if ks == nil {
+			t.Skip("no fused kernels in pure Go")
+		}
+		rng := rand.New(rand.NewPCG(10, 10))
+		for _, c := range dqTypes {
+			fam := ks.fusedFamily(c.dt)
+			if fam == nil {
+				continue
+			}
+			in := 3 * max(c.dt.BlockSize(), 32)
+			m := randBlockMat(t, rng, c.dt, 5, in)
+			ref := f32OfDecoded(t, &m)
+			data, free := guarded(t, m.Data)
+			m.Data = data
+			for n := 1; n <= fam.T; n++ {
+				xs := randInputs(rng, n, in)
+				xb, freeX := guarded(t, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+				x := unsafe.Slice((*float32)(unsafe.Pointer(&xb[0])), len(xs))
+				got, want := make([]float32, 5*n), make([]float32, 5*n)
+				ks.dequantMatMul(got, x, n, &m, 0, 5)
+				MatMul(want, x, n, &ref)
+				freeX()
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%v n=%d: element %d is %g, the F32 matrix gives %g", c.dt, n, i, got[i], want[i])
+					}
+				}
+			}
+			free()
+		}
+	})
+}

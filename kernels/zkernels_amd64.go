@@ -352,6 +352,226 @@ func dequantIQ4_NL_AVX2(dst *float32, src *byte, n int)
 //go:noescape
 func dequantIQ4_XS_AVX2(dst *float32, src *byte, n int)
 
+// fusedQ4_0_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // quantQ8_AVX512 quantises n blocks of 32 float32s at x to int8 quants at xq (32 bytes a block), scales at dx (8 copies a block) and -128·(sum of each 4 quants) at cr (8 a block).
 //
 //go:noescape
@@ -1056,6 +1276,666 @@ func dequantIQ4_NL_AVX512(dst *float32, src *byte, n int)
 //
 //go:noescape
 func dequantIQ4_XS_AVX512(dst *float32, src *byte, n int)
+
+// fusedQ4_0_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_0_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_0_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_1_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_1_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_0_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_0_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_1_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_1_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ2_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ2_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ3_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ3_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ4_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ4_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ5_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ5_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedQ6_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedQ6_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_NL_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_NL_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ4_XS_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ4_XS_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // intQ8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //

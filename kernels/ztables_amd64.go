@@ -103,6 +103,50 @@ const (
 	k_dotQ8_1x2_AVX2
 	k_dotQ8_2x3_AVX2
 	k_dotQ8_1x3_AVX2
+	k_fusedQ4_0_4x1_AVX2
+	k_fusedQ4_0_1x1_AVX2
+	k_fusedQ4_0_4x2_AVX2
+	k_fusedQ4_0_1x2_AVX2
+	k_fusedQ4_1_4x1_AVX2
+	k_fusedQ4_1_1x1_AVX2
+	k_fusedQ4_1_4x2_AVX2
+	k_fusedQ4_1_1x2_AVX2
+	k_fusedQ5_0_4x1_AVX2
+	k_fusedQ5_0_1x1_AVX2
+	k_fusedQ5_0_4x2_AVX2
+	k_fusedQ5_0_1x2_AVX2
+	k_fusedQ5_1_4x1_AVX2
+	k_fusedQ5_1_1x1_AVX2
+	k_fusedQ5_1_4x2_AVX2
+	k_fusedQ5_1_1x2_AVX2
+	k_fusedQ2_K_4x1_AVX2
+	k_fusedQ2_K_1x1_AVX2
+	k_fusedQ2_K_4x2_AVX2
+	k_fusedQ2_K_1x2_AVX2
+	k_fusedQ3_K_4x1_AVX2
+	k_fusedQ3_K_1x1_AVX2
+	k_fusedQ3_K_4x2_AVX2
+	k_fusedQ3_K_1x2_AVX2
+	k_fusedQ4_K_4x1_AVX2
+	k_fusedQ4_K_1x1_AVX2
+	k_fusedQ4_K_4x2_AVX2
+	k_fusedQ4_K_1x2_AVX2
+	k_fusedQ5_K_4x1_AVX2
+	k_fusedQ5_K_1x1_AVX2
+	k_fusedQ5_K_4x2_AVX2
+	k_fusedQ5_K_1x2_AVX2
+	k_fusedQ6_K_4x1_AVX2
+	k_fusedQ6_K_1x1_AVX2
+	k_fusedQ6_K_4x2_AVX2
+	k_fusedQ6_K_1x2_AVX2
+	k_fusedIQ4_NL_4x1_AVX2
+	k_fusedIQ4_NL_1x1_AVX2
+	k_fusedIQ4_NL_4x2_AVX2
+	k_fusedIQ4_NL_1x2_AVX2
+	k_fusedIQ4_XS_4x1_AVX2
+	k_fusedIQ4_XS_1x1_AVX2
+	k_fusedIQ4_XS_4x2_AVX2
+	k_fusedIQ4_XS_1x2_AVX2
 	k_dotF32_4x1_AVX512
 	k_dotF32_1x1_AVX512
 	k_dotF32_4x2_AVX512
@@ -161,6 +205,138 @@ const (
 	k_dotQ8_1x4_AVX512
 	k_dotQ8_4x5_AVX512
 	k_dotQ8_1x5_AVX512
+	k_fusedQ4_0_4x1_AVX512
+	k_fusedQ4_0_1x1_AVX512
+	k_fusedQ4_0_4x2_AVX512
+	k_fusedQ4_0_1x2_AVX512
+	k_fusedQ4_0_4x3_AVX512
+	k_fusedQ4_0_1x3_AVX512
+	k_fusedQ4_0_4x4_AVX512
+	k_fusedQ4_0_1x4_AVX512
+	k_fusedQ4_0_4x5_AVX512
+	k_fusedQ4_0_1x5_AVX512
+	k_fusedQ4_0_4x6_AVX512
+	k_fusedQ4_0_1x6_AVX512
+	k_fusedQ4_1_4x1_AVX512
+	k_fusedQ4_1_1x1_AVX512
+	k_fusedQ4_1_4x2_AVX512
+	k_fusedQ4_1_1x2_AVX512
+	k_fusedQ4_1_4x3_AVX512
+	k_fusedQ4_1_1x3_AVX512
+	k_fusedQ4_1_4x4_AVX512
+	k_fusedQ4_1_1x4_AVX512
+	k_fusedQ4_1_4x5_AVX512
+	k_fusedQ4_1_1x5_AVX512
+	k_fusedQ4_1_4x6_AVX512
+	k_fusedQ4_1_1x6_AVX512
+	k_fusedQ5_0_4x1_AVX512
+	k_fusedQ5_0_1x1_AVX512
+	k_fusedQ5_0_4x2_AVX512
+	k_fusedQ5_0_1x2_AVX512
+	k_fusedQ5_0_4x3_AVX512
+	k_fusedQ5_0_1x3_AVX512
+	k_fusedQ5_0_4x4_AVX512
+	k_fusedQ5_0_1x4_AVX512
+	k_fusedQ5_0_4x5_AVX512
+	k_fusedQ5_0_1x5_AVX512
+	k_fusedQ5_0_4x6_AVX512
+	k_fusedQ5_0_1x6_AVX512
+	k_fusedQ5_1_4x1_AVX512
+	k_fusedQ5_1_1x1_AVX512
+	k_fusedQ5_1_4x2_AVX512
+	k_fusedQ5_1_1x2_AVX512
+	k_fusedQ5_1_4x3_AVX512
+	k_fusedQ5_1_1x3_AVX512
+	k_fusedQ5_1_4x4_AVX512
+	k_fusedQ5_1_1x4_AVX512
+	k_fusedQ5_1_4x5_AVX512
+	k_fusedQ5_1_1x5_AVX512
+	k_fusedQ5_1_4x6_AVX512
+	k_fusedQ5_1_1x6_AVX512
+	k_fusedQ2_K_4x1_AVX512
+	k_fusedQ2_K_1x1_AVX512
+	k_fusedQ2_K_4x2_AVX512
+	k_fusedQ2_K_1x2_AVX512
+	k_fusedQ2_K_4x3_AVX512
+	k_fusedQ2_K_1x3_AVX512
+	k_fusedQ2_K_4x4_AVX512
+	k_fusedQ2_K_1x4_AVX512
+	k_fusedQ2_K_4x5_AVX512
+	k_fusedQ2_K_1x5_AVX512
+	k_fusedQ2_K_4x6_AVX512
+	k_fusedQ2_K_1x6_AVX512
+	k_fusedQ3_K_4x1_AVX512
+	k_fusedQ3_K_1x1_AVX512
+	k_fusedQ3_K_4x2_AVX512
+	k_fusedQ3_K_1x2_AVX512
+	k_fusedQ3_K_4x3_AVX512
+	k_fusedQ3_K_1x3_AVX512
+	k_fusedQ3_K_4x4_AVX512
+	k_fusedQ3_K_1x4_AVX512
+	k_fusedQ3_K_4x5_AVX512
+	k_fusedQ3_K_1x5_AVX512
+	k_fusedQ3_K_4x6_AVX512
+	k_fusedQ3_K_1x6_AVX512
+	k_fusedQ4_K_4x1_AVX512
+	k_fusedQ4_K_1x1_AVX512
+	k_fusedQ4_K_4x2_AVX512
+	k_fusedQ4_K_1x2_AVX512
+	k_fusedQ4_K_4x3_AVX512
+	k_fusedQ4_K_1x3_AVX512
+	k_fusedQ4_K_4x4_AVX512
+	k_fusedQ4_K_1x4_AVX512
+	k_fusedQ4_K_4x5_AVX512
+	k_fusedQ4_K_1x5_AVX512
+	k_fusedQ4_K_4x6_AVX512
+	k_fusedQ4_K_1x6_AVX512
+	k_fusedQ5_K_4x1_AVX512
+	k_fusedQ5_K_1x1_AVX512
+	k_fusedQ5_K_4x2_AVX512
+	k_fusedQ5_K_1x2_AVX512
+	k_fusedQ5_K_4x3_AVX512
+	k_fusedQ5_K_1x3_AVX512
+	k_fusedQ5_K_4x4_AVX512
+	k_fusedQ5_K_1x4_AVX512
+	k_fusedQ5_K_4x5_AVX512
+	k_fusedQ5_K_1x5_AVX512
+	k_fusedQ5_K_4x6_AVX512
+	k_fusedQ5_K_1x6_AVX512
+	k_fusedQ6_K_4x1_AVX512
+	k_fusedQ6_K_1x1_AVX512
+	k_fusedQ6_K_4x2_AVX512
+	k_fusedQ6_K_1x2_AVX512
+	k_fusedQ6_K_4x3_AVX512
+	k_fusedQ6_K_1x3_AVX512
+	k_fusedQ6_K_4x4_AVX512
+	k_fusedQ6_K_1x4_AVX512
+	k_fusedQ6_K_4x5_AVX512
+	k_fusedQ6_K_1x5_AVX512
+	k_fusedQ6_K_4x6_AVX512
+	k_fusedQ6_K_1x6_AVX512
+	k_fusedIQ4_NL_4x1_AVX512
+	k_fusedIQ4_NL_1x1_AVX512
+	k_fusedIQ4_NL_4x2_AVX512
+	k_fusedIQ4_NL_1x2_AVX512
+	k_fusedIQ4_NL_4x3_AVX512
+	k_fusedIQ4_NL_1x3_AVX512
+	k_fusedIQ4_NL_4x4_AVX512
+	k_fusedIQ4_NL_1x4_AVX512
+	k_fusedIQ4_NL_4x5_AVX512
+	k_fusedIQ4_NL_1x5_AVX512
+	k_fusedIQ4_NL_4x6_AVX512
+	k_fusedIQ4_NL_1x6_AVX512
+	k_fusedIQ4_XS_4x1_AVX512
+	k_fusedIQ4_XS_1x1_AVX512
+	k_fusedIQ4_XS_4x2_AVX512
+	k_fusedIQ4_XS_1x2_AVX512
+	k_fusedIQ4_XS_4x3_AVX512
+	k_fusedIQ4_XS_1x3_AVX512
+	k_fusedIQ4_XS_4x4_AVX512
+	k_fusedIQ4_XS_1x4_AVX512
+	k_fusedIQ4_XS_4x5_AVX512
+	k_fusedIQ4_XS_1x5_AVX512
+	k_fusedIQ4_XS_4x6_AVX512
+	k_fusedIQ4_XS_1x6_AVX512
 )
 
 func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32) {
@@ -209,6 +385,94 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotQ8_2x3_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotQ8_1x3_AVX2:
 		dotQ8_1x3_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_4x1_AVX2:
+		fusedQ4_0_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_1x1_AVX2:
+		fusedQ4_0_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_4x2_AVX2:
+		fusedQ4_0_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_1x2_AVX2:
+		fusedQ4_0_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_4x1_AVX2:
+		fusedQ4_1_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_1x1_AVX2:
+		fusedQ4_1_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_4x2_AVX2:
+		fusedQ4_1_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_1x2_AVX2:
+		fusedQ4_1_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_4x1_AVX2:
+		fusedQ5_0_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_1x1_AVX2:
+		fusedQ5_0_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_4x2_AVX2:
+		fusedQ5_0_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_1x2_AVX2:
+		fusedQ5_0_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_4x1_AVX2:
+		fusedQ5_1_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_1x1_AVX2:
+		fusedQ5_1_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_4x2_AVX2:
+		fusedQ5_1_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_1x2_AVX2:
+		fusedQ5_1_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_4x1_AVX2:
+		fusedQ2_K_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_1x1_AVX2:
+		fusedQ2_K_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_4x2_AVX2:
+		fusedQ2_K_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_1x2_AVX2:
+		fusedQ2_K_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_4x1_AVX2:
+		fusedQ3_K_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_1x1_AVX2:
+		fusedQ3_K_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_4x2_AVX2:
+		fusedQ3_K_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_1x2_AVX2:
+		fusedQ3_K_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_4x1_AVX2:
+		fusedQ4_K_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_1x1_AVX2:
+		fusedQ4_K_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_4x2_AVX2:
+		fusedQ4_K_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_1x2_AVX2:
+		fusedQ4_K_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_4x1_AVX2:
+		fusedQ5_K_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_1x1_AVX2:
+		fusedQ5_K_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_4x2_AVX2:
+		fusedQ5_K_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_1x2_AVX2:
+		fusedQ5_K_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_4x1_AVX2:
+		fusedQ6_K_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_1x1_AVX2:
+		fusedQ6_K_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_4x2_AVX2:
+		fusedQ6_K_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_1x2_AVX2:
+		fusedQ6_K_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_4x1_AVX2:
+		fusedIQ4_NL_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_1x1_AVX2:
+		fusedIQ4_NL_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_4x2_AVX2:
+		fusedIQ4_NL_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_1x2_AVX2:
+		fusedIQ4_NL_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_4x1_AVX2:
+		fusedIQ4_XS_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_1x1_AVX2:
+		fusedIQ4_XS_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_4x2_AVX2:
+		fusedIQ4_XS_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_1x2_AVX2:
+		fusedIQ4_XS_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF32_4x1_AVX512:
 		dotF32_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF32_1x1_AVX512:
@@ -325,6 +589,270 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotQ8_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotQ8_1x5_AVX512:
 		dotQ8_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_4x1_AVX512:
+		fusedQ4_0_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_1x1_AVX512:
+		fusedQ4_0_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_4x2_AVX512:
+		fusedQ4_0_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_1x2_AVX512:
+		fusedQ4_0_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_4x3_AVX512:
+		fusedQ4_0_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_1x3_AVX512:
+		fusedQ4_0_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_4x4_AVX512:
+		fusedQ4_0_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_1x4_AVX512:
+		fusedQ4_0_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_4x5_AVX512:
+		fusedQ4_0_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_1x5_AVX512:
+		fusedQ4_0_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_4x6_AVX512:
+		fusedQ4_0_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_0_1x6_AVX512:
+		fusedQ4_0_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_4x1_AVX512:
+		fusedQ4_1_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_1x1_AVX512:
+		fusedQ4_1_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_4x2_AVX512:
+		fusedQ4_1_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_1x2_AVX512:
+		fusedQ4_1_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_4x3_AVX512:
+		fusedQ4_1_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_1x3_AVX512:
+		fusedQ4_1_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_4x4_AVX512:
+		fusedQ4_1_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_1x4_AVX512:
+		fusedQ4_1_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_4x5_AVX512:
+		fusedQ4_1_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_1x5_AVX512:
+		fusedQ4_1_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_4x6_AVX512:
+		fusedQ4_1_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_1_1x6_AVX512:
+		fusedQ4_1_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_4x1_AVX512:
+		fusedQ5_0_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_1x1_AVX512:
+		fusedQ5_0_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_4x2_AVX512:
+		fusedQ5_0_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_1x2_AVX512:
+		fusedQ5_0_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_4x3_AVX512:
+		fusedQ5_0_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_1x3_AVX512:
+		fusedQ5_0_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_4x4_AVX512:
+		fusedQ5_0_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_1x4_AVX512:
+		fusedQ5_0_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_4x5_AVX512:
+		fusedQ5_0_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_1x5_AVX512:
+		fusedQ5_0_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_4x6_AVX512:
+		fusedQ5_0_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_0_1x6_AVX512:
+		fusedQ5_0_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_4x1_AVX512:
+		fusedQ5_1_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_1x1_AVX512:
+		fusedQ5_1_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_4x2_AVX512:
+		fusedQ5_1_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_1x2_AVX512:
+		fusedQ5_1_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_4x3_AVX512:
+		fusedQ5_1_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_1x3_AVX512:
+		fusedQ5_1_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_4x4_AVX512:
+		fusedQ5_1_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_1x4_AVX512:
+		fusedQ5_1_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_4x5_AVX512:
+		fusedQ5_1_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_1x5_AVX512:
+		fusedQ5_1_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_4x6_AVX512:
+		fusedQ5_1_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_1_1x6_AVX512:
+		fusedQ5_1_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_4x1_AVX512:
+		fusedQ2_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_1x1_AVX512:
+		fusedQ2_K_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_4x2_AVX512:
+		fusedQ2_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_1x2_AVX512:
+		fusedQ2_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_4x3_AVX512:
+		fusedQ2_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_1x3_AVX512:
+		fusedQ2_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_4x4_AVX512:
+		fusedQ2_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_1x4_AVX512:
+		fusedQ2_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_4x5_AVX512:
+		fusedQ2_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_1x5_AVX512:
+		fusedQ2_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_4x6_AVX512:
+		fusedQ2_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_1x6_AVX512:
+		fusedQ2_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_4x1_AVX512:
+		fusedQ3_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_1x1_AVX512:
+		fusedQ3_K_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_4x2_AVX512:
+		fusedQ3_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_1x2_AVX512:
+		fusedQ3_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_4x3_AVX512:
+		fusedQ3_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_1x3_AVX512:
+		fusedQ3_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_4x4_AVX512:
+		fusedQ3_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_1x4_AVX512:
+		fusedQ3_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_4x5_AVX512:
+		fusedQ3_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_1x5_AVX512:
+		fusedQ3_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_4x6_AVX512:
+		fusedQ3_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_1x6_AVX512:
+		fusedQ3_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_4x1_AVX512:
+		fusedQ4_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_1x1_AVX512:
+		fusedQ4_K_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_4x2_AVX512:
+		fusedQ4_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_1x2_AVX512:
+		fusedQ4_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_4x3_AVX512:
+		fusedQ4_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_1x3_AVX512:
+		fusedQ4_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_4x4_AVX512:
+		fusedQ4_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_1x4_AVX512:
+		fusedQ4_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_4x5_AVX512:
+		fusedQ4_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_1x5_AVX512:
+		fusedQ4_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_4x6_AVX512:
+		fusedQ4_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ4_K_1x6_AVX512:
+		fusedQ4_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_4x1_AVX512:
+		fusedQ5_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_1x1_AVX512:
+		fusedQ5_K_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_4x2_AVX512:
+		fusedQ5_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_1x2_AVX512:
+		fusedQ5_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_4x3_AVX512:
+		fusedQ5_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_1x3_AVX512:
+		fusedQ5_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_4x4_AVX512:
+		fusedQ5_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_1x4_AVX512:
+		fusedQ5_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_4x5_AVX512:
+		fusedQ5_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_1x5_AVX512:
+		fusedQ5_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_4x6_AVX512:
+		fusedQ5_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_1x6_AVX512:
+		fusedQ5_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_4x1_AVX512:
+		fusedQ6_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_1x1_AVX512:
+		fusedQ6_K_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_4x2_AVX512:
+		fusedQ6_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_1x2_AVX512:
+		fusedQ6_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_4x3_AVX512:
+		fusedQ6_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_1x3_AVX512:
+		fusedQ6_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_4x4_AVX512:
+		fusedQ6_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_1x4_AVX512:
+		fusedQ6_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_4x5_AVX512:
+		fusedQ6_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_1x5_AVX512:
+		fusedQ6_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_4x6_AVX512:
+		fusedQ6_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_1x6_AVX512:
+		fusedQ6_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_4x1_AVX512:
+		fusedIQ4_NL_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_1x1_AVX512:
+		fusedIQ4_NL_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_4x2_AVX512:
+		fusedIQ4_NL_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_1x2_AVX512:
+		fusedIQ4_NL_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_4x3_AVX512:
+		fusedIQ4_NL_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_1x3_AVX512:
+		fusedIQ4_NL_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_4x4_AVX512:
+		fusedIQ4_NL_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_1x4_AVX512:
+		fusedIQ4_NL_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_4x5_AVX512:
+		fusedIQ4_NL_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_1x5_AVX512:
+		fusedIQ4_NL_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_4x6_AVX512:
+		fusedIQ4_NL_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_1x6_AVX512:
+		fusedIQ4_NL_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_4x1_AVX512:
+		fusedIQ4_XS_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_1x1_AVX512:
+		fusedIQ4_XS_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_4x2_AVX512:
+		fusedIQ4_XS_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_1x2_AVX512:
+		fusedIQ4_XS_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_4x3_AVX512:
+		fusedIQ4_XS_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_1x3_AVX512:
+		fusedIQ4_XS_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_4x4_AVX512:
+		fusedIQ4_XS_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_1x4_AVX512:
+		fusedIQ4_XS_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_4x5_AVX512:
+		fusedIQ4_XS_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_1x5_AVX512:
+		fusedIQ4_XS_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_4x6_AVX512:
+		fusedIQ4_XS_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_1x6_AVX512:
+		fusedIQ4_XS_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -832,6 +1360,20 @@ var dequantAVX2 = [numDQ]dequantKernel{
 	dqIQ4_XS: k_dequantIQ4_XS_AVX2,
 }
 
+var fusedAVX2 = [numDQ]dotFamily{
+	dqQ4_0:   {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX2, k_fusedQ4_0_4x2_AVX2}, one: []dotKernel{k_fusedQ4_0_1x1_AVX2, k_fusedQ4_0_1x2_AVX2}},
+	dqQ4_1:   {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX2, k_fusedQ4_1_4x2_AVX2}, one: []dotKernel{k_fusedQ4_1_1x1_AVX2, k_fusedQ4_1_1x2_AVX2}},
+	dqQ5_0:   {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX2, k_fusedQ5_0_4x2_AVX2}, one: []dotKernel{k_fusedQ5_0_1x1_AVX2, k_fusedQ5_0_1x2_AVX2}},
+	dqQ5_1:   {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX2, k_fusedQ5_1_4x2_AVX2}, one: []dotKernel{k_fusedQ5_1_1x1_AVX2, k_fusedQ5_1_1x2_AVX2}},
+	dqQ2_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX2, k_fusedQ2_K_4x2_AVX2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX2, k_fusedQ2_K_1x2_AVX2}},
+	dqQ3_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX2, k_fusedQ3_K_4x2_AVX2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX2, k_fusedQ3_K_1x2_AVX2}},
+	dqQ4_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX2, k_fusedQ4_K_4x2_AVX2}, one: []dotKernel{k_fusedQ4_K_1x1_AVX2, k_fusedQ4_K_1x2_AVX2}},
+	dqQ5_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX2, k_fusedQ5_K_4x2_AVX2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX2, k_fusedQ5_K_1x2_AVX2}},
+	dqQ6_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX2, k_fusedQ6_K_4x2_AVX2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX2, k_fusedQ6_K_1x2_AVX2}},
+	dqIQ4_NL: {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX2, k_fusedIQ4_NL_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX2, k_fusedIQ4_NL_1x2_AVX2}},
+	dqIQ4_XS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX2, k_fusedIQ4_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX2, k_fusedIQ4_XS_1x2_AVX2}},
+}
+
 const quantAVX512 = k_quantQ8_AVX512
 
 var dotAVX512 = [...]dotFamily{
@@ -868,6 +1410,20 @@ var dequantAVX512 = [numDQ]dequantKernel{
 	dqQ6_K:   k_dequantQ6_K_AVX512,
 	dqIQ4_NL: k_dequantIQ4_NL_AVX512,
 	dqIQ4_XS: k_dequantIQ4_XS_AVX512,
+}
+
+var fusedAVX512 = [numDQ]dotFamily{
+	dqQ4_0:   {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512, k_fusedQ4_0_4x5_AVX512, k_fusedQ4_0_4x6_AVX512}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512, k_fusedQ4_0_1x5_AVX512, k_fusedQ4_0_1x6_AVX512}},
+	dqQ4_1:   {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512, k_fusedQ4_1_4x5_AVX512, k_fusedQ4_1_4x6_AVX512}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512, k_fusedQ4_1_1x5_AVX512, k_fusedQ4_1_1x6_AVX512}},
+	dqQ5_0:   {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512, k_fusedQ5_0_4x5_AVX512, k_fusedQ5_0_4x6_AVX512}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512, k_fusedQ5_0_1x5_AVX512, k_fusedQ5_0_1x6_AVX512}},
+	dqQ5_1:   {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512, k_fusedQ5_1_4x4_AVX512, k_fusedQ5_1_4x5_AVX512, k_fusedQ5_1_4x6_AVX512}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512, k_fusedQ5_1_1x4_AVX512, k_fusedQ5_1_1x5_AVX512, k_fusedQ5_1_1x6_AVX512}},
+	dqQ2_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_4x3_AVX512, k_fusedQ2_K_4x4_AVX512, k_fusedQ2_K_4x5_AVX512, k_fusedQ2_K_4x6_AVX512}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512, k_fusedQ2_K_1x5_AVX512, k_fusedQ2_K_1x6_AVX512}},
+	dqQ3_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512, k_fusedQ3_K_4x2_AVX512, k_fusedQ3_K_4x3_AVX512, k_fusedQ3_K_4x4_AVX512, k_fusedQ3_K_4x5_AVX512, k_fusedQ3_K_4x6_AVX512}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512, k_fusedQ3_K_1x2_AVX512, k_fusedQ3_K_1x3_AVX512, k_fusedQ3_K_1x4_AVX512, k_fusedQ3_K_1x5_AVX512, k_fusedQ3_K_1x6_AVX512}},
+	dqQ4_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512, k_fusedQ4_K_4x5_AVX512, k_fusedQ4_K_4x6_AVX512}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512, k_fusedQ4_K_1x5_AVX512, k_fusedQ4_K_1x6_AVX512}},
+	dqQ5_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_4x3_AVX512, k_fusedQ5_K_4x4_AVX512, k_fusedQ5_K_4x5_AVX512, k_fusedQ5_K_4x6_AVX512}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512, k_fusedQ5_K_1x5_AVX512, k_fusedQ5_K_1x6_AVX512}},
+	dqQ6_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_4x3_AVX512, k_fusedQ6_K_4x4_AVX512, k_fusedQ6_K_4x5_AVX512, k_fusedQ6_K_4x6_AVX512}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512, k_fusedQ6_K_1x5_AVX512, k_fusedQ6_K_1x6_AVX512}},
+	dqIQ4_NL: {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_4x3_AVX512, k_fusedIQ4_NL_4x4_AVX512, k_fusedIQ4_NL_4x5_AVX512, k_fusedIQ4_NL_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512, k_fusedIQ4_NL_1x5_AVX512, k_fusedIQ4_NL_1x6_AVX512}},
+	dqIQ4_XS: {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_4x3_AVX512, k_fusedIQ4_XS_4x4_AVX512, k_fusedIQ4_XS_4x5_AVX512, k_fusedIQ4_XS_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512, k_fusedIQ4_XS_1x5_AVX512, k_fusedIQ4_XS_1x6_AVX512}},
 }
 
 var intAVXVNNI = [...]intFamily{

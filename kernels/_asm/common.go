@@ -131,8 +131,13 @@ func (a arch) newAccs(T, R int) [][]VecVirtual {
 // skips to when it has no steps, the reduction of acc into out (times the
 // per-row scales of the scale parameter when scaled), and the return.
 func (a arch) finish(acc [][]VecVirtual, out *strided, scaled bool) {
+	a.finishWith(func() { a.reduceAddScaled(acc, out, scaled) })
+}
+
+// finishWith is finish with the reduction emitted by reduce.
+func (a arch) finishWith(reduce func()) {
 	Label("reduce")
-	a.reduceAddScaled(acc, out, scaled)
+	reduce()
 	VZEROUPPER()
 	RET()
 }
@@ -169,11 +174,16 @@ func newSpanCounter(steps int) *spanCounter {
 // none is left; otherwise it jumps back to loop, first adding the
 // accumulators' sums to out and clearing them when the step ended a span.
 func (a arch) next(n Register, exit string, c *spanCounter, loop string, acc [][]VecVirtual, out *strided, scaled bool) {
+	a.nextWith(n, exit, c, loop, acc, func() { a.reduceAddScaled(acc, out, scaled) })
+}
+
+// nextWith is next with the reduction of a span's sums emitted by reduce.
+func (a arch) nextWith(n Register, exit string, c *spanCounter, loop string, acc [][]VecVirtual, reduce func()) {
 	DECQ(n)
 	JZ(LabelRef(exit))
 	DECQ(c.left)
 	JNZ(LabelRef(loop))
-	a.reduceAddScaled(acc, out, scaled)
+	reduce()
 	for t := range acc {
 		for _, v := range acc[t] {
 			a.zero(v)

@@ -64,41 +64,32 @@ func genDequantTable(tb *strings.Builder, a arch) {
 }
 
 // dq is the state of one dequantiser's loop body: the block at src, its
-// output at dst, and a stack area for the per-sub-block scales.
+// output at dst, and a stack area for the per-sub-block scales. In a fused
+// kernel (genFused) the block is row row's of w instead, and each vector
+// of weights goes to sink rather than to memory.
 type dq struct {
 	a        arch
 	src, dst Register
 	local    Mem
+	w        *strided
+	row      int
+	sink     *fusedSink
 }
 
-func genDequant(a arch, k dqkind) string {
-	name := fmt.Sprintf("dequant%s_%s", k, a.name)
-	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s decodes n blocks of %s at src (%d bytes each) into n·%d float32 at dst, as tensor.DequantizeRow does.",
-		name, k, dqBlock[k].bytes, dqBlock[k].elems))
-	g := &dq{a: a}
-	g.dst = Load(Param("dst"), GP64())
-	g.src = Load(Param("src"), GP64())
-	n := Load(Param("n"), GP64())
+// hasLocal reports whether kind k's block decoder keeps per-sub-block
+// scales in the stack area.
+func hasLocal(k dqkind) bool {
 	switch k {
 	case dQ2_K, dQ3_K, dQ4_K, dQ5_K, dQ6_K:
-		g.local = AllocLocal(128)
+		return true
 	}
-	var tbl VecVirtual
-	if k == dIQ4_NL || k == dIQ4_XS {
-		tbl = XMM()
-		a.movdqu(g.levels(), tbl)
-	}
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	// The weights stream from memory a tile's span at a time, too short a
-	// run for the hardware prefetcher to ramp up on: ask for what the next
-	// few blocks need (past the end it does not fault).
-	for off := 0; off < dqBlock[k].bytes; off += 64 {
-		PREFETCHT0(g.at(1024 + off))
-	}
+	return false
+}
+
+// block emits the decoding of one block of kind k (tbl: IQ4's levels).
+// Every decoder emits its vectors in element order, so that a fused kernel
+// adds them to its accumulators in the order of the F32 kernel.
+func (g *dq) block(k dqkind, tbl VecVirtual) {
 	switch k {
 	case dQ4_0, dQ4_1, dQ5_0, dQ5_1:
 		g.legacy(k)
@@ -115,6 +106,36 @@ func genDequant(a arch, k dqkind) string {
 	case dIQ4_XS:
 		g.iq4XS(tbl)
 	}
+}
+
+func genDequant(a arch, k dqkind) string {
+	name := fmt.Sprintf("dequant%s_%s", k, a.name)
+	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s decodes n blocks of %s at src (%d bytes each) into n·%d float32 at dst, as tensor.DequantizeRow does.",
+		name, k, dqBlock[k].bytes, dqBlock[k].elems))
+	g := &dq{a: a}
+	g.dst = Load(Param("dst"), GP64())
+	g.src = Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	if hasLocal(k) {
+		g.local = AllocLocal(128)
+	}
+	var tbl VecVirtual
+	if k == dIQ4_NL || k == dIQ4_XS {
+		tbl = XMM()
+		a.movdqu(g.levels(), tbl)
+	}
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	// The weights stream from memory a tile's span at a time, too short a
+	// run for the hardware prefetcher to ramp up on: ask for what the next
+	// few blocks need (past the end it does not fault).
+	for off := 0; off < dqBlock[k].bytes; off += 64 {
+		PREFETCHT0(g.at(1024 + off))
+	}
+	g.block(k, tbl)
 	ADDQ(U32(dqBlock[k].bytes), g.src)
 	ADDQ(U32(4*dqBlock[k].elems), g.dst)
 	DECQ(n)
@@ -125,7 +146,12 @@ func genDequant(a arch, k dqkind) string {
 	return name
 }
 
-func (g *dq) at(off int) Mem  { return Mem{Base: g.src, Disp: off} }
+func (g *dq) at(off int) Mem {
+	if g.w != nil {
+		return g.w.at(g.row, off)
+	}
+	return Mem{Base: g.src, Disp: off}
+}
 func (g *dq) out(i int) Mem   { return Mem{Base: g.dst, Disp: 4 * i} }
 func (g *dq) loc(off int) Mem { return g.local.Offset(off) }
 
@@ -181,7 +207,7 @@ func (g *dq) sub(v uint32, x VecVirtual) VecVirtual {
 }
 
 // emit stores float32(q)·scale, then minus (sub) or plus off once rounded
-// when off is not nil, at out element i.
+// when off is not nil, at out element i (fused: hands it to the sink).
 func (g *dq) emit(q VecVirtual, scale, off Op, sub bool, i int) {
 	f := g.a.vec()
 	VCVTDQ2PS(q, f)
@@ -192,6 +218,10 @@ func (g *dq) emit(q VecVirtual, scale, off Op, sub bool, i int) {
 		} else {
 			VADDPS(off, f, f)
 		}
+	}
+	if g.sink != nil {
+		g.sink.add(g, f, i)
+		return
 	}
 	VMOVUPS(f, g.out(i))
 }
@@ -232,33 +262,40 @@ func (g *dq) legacy(k dqkind) {
 		h = a.vec()
 		VPBROADCASTD(g.at(qh), h)
 	}
-	for l0 := 0; l0 < 16; l0 += a.V {
-		v := g.u8(qs + l0)
-		lo, hi := g.and(0x0f, v), g.shl(-4, v)
-		if qh >= 0 {
-			// Bit j (low nibble) and j+16 (high) of qh to bit 4.
-			s0, s1 := make([]uint32, a.V), make([]uint32, a.V)
-			for i := range s0 {
-				s0[i], s1[i] = uint32(l0+i), uint32(l0+i+12)
+	var off Op
+	if m != nil {
+		off = m
+	}
+	for half := 0; half < 2; half++ {
+		for l0 := 0; l0 < 16; l0 += a.V {
+			v := g.u8(qs + l0)
+			var q VecVirtual
+			if half == 0 {
+				q = g.and(0x0f, v)
+			} else {
+				q = g.shl(-4, v)
 			}
-			t0, t1 := a.vec(), a.vec()
-			VPSRLVD(g.a.constDwords(fmt.Sprintf("dqshift_%d", l0), s0), h, t0)
-			VPSRLVD(g.a.constDwords(fmt.Sprintf("dqshift_%d", l0+12), s1), h, t1)
-			lo = g.or(lo, g.and(0x10, g.shl(4, t0)))
-			hi = g.or(hi, g.and(0x10, t1))
+			if qh >= 0 {
+				// Bit j (low nibble) or j+16 (high) of qh to bit 4.
+				sh := make([]uint32, a.V)
+				for i := range sh {
+					sh[i] = uint32(l0 + i + 12*half)
+				}
+				t := a.vec()
+				VPSRLVD(g.a.constDwords(fmt.Sprintf("dqshift_%d", l0+12*half), sh), h, t)
+				if half == 0 {
+					t = g.shl(4, t)
+				}
+				q = g.or(q, g.and(0x10, t))
+			}
+			switch k {
+			case dQ4_0:
+				q = g.sub(8, q)
+			case dQ5_0:
+				q = g.sub(16, q)
+			}
+			g.emit(q, d, off, false, 16*half+l0)
 		}
-		switch k {
-		case dQ4_0:
-			lo, hi = g.sub(8, lo), g.sub(8, hi)
-		case dQ5_0:
-			lo, hi = g.sub(16, lo), g.sub(16, hi)
-		}
-		var off Op
-		if m != nil {
-			off = m
-		}
-		g.emit(lo, d, off, false, l0)
-		g.emit(hi, d, off, false, 16+l0)
 	}
 }
 
@@ -334,19 +371,23 @@ func (g *dq) q45K(five bool) {
 	if five {
 		qs = 48
 	}
-	for j := 0; j < 4; j++ {
-		d1, m1 := g.bcast(g.loc(4*(2*j))), g.bcast(g.loc(32+4*(2*j)))
-		d2, m2 := g.bcast(g.loc(4*(2*j+1))), g.bcast(g.loc(32+4*(2*j+1)))
+	for s := 0; s < 8; s++ {
+		// Sub-block s: the low (even s) or high nibbles of bytes 32·(s/2)...
+		j := s / 2
+		d1, m1 := g.bcast(g.loc(4*s)), g.bcast(g.loc(32+4*s))
 		for l0 := 0; l0 < 32; l0 += a.V {
 			v := g.u8(qs + 32*j + l0)
-			lo, hi := g.and(0x0f, v), g.shl(-4, v)
+			var q VecVirtual
+			if s%2 == 0 {
+				q = g.and(0x0f, v)
+			} else {
+				q = g.shl(-4, v)
+			}
 			if five {
 				h := g.u8(16 + l0)
-				lo = g.or(lo, g.and(0x10, g.shl(4-2*j, h)))
-				hi = g.or(hi, g.and(0x10, g.shl(4-(2*j+1), h)))
+				q = g.or(q, g.and(0x10, g.shl(4-s, h)))
 			}
-			g.emit(lo, d1, m1, true, 64*j+l0)
-			g.emit(hi, d2, m2, true, 64*j+32+l0)
+			g.emit(q, d1, m1, true, 32*s+l0)
 		}
 	}
 }
@@ -364,17 +405,20 @@ func (g *dq) q6K() {
 		VMOVUPS(v, g.loc(4*i))
 	}
 	for n := 0; n < 2; n++ {
-		for l0 := 0; l0 < 32; l0 += a.V {
-			A, B := g.u8(64*n+l0), g.u8(64*n+32+l0)
-			h := g.u8(128 + 32*n + l0)
-			qs := [4]VecVirtual{
-				g.or(g.and(0x0f, A), g.and(0x30, g.shl(4, h))),
-				g.or(g.and(0x0f, B), g.and(0x30, g.shl(2, h))),
-				g.or(g.shl(-4, A), g.and(0x30, h)),
-				g.or(g.shl(-4, B), g.and(0x30, g.shl(-2, h))),
-			}
-			is := 8*n + l0/16
-			for i, q := range qs {
+		for i := 0; i < 4; i++ {
+			// Quarter i of the half: low (i < 2) or high nibbles of bytes
+			// 64n + 32(i%2)..., bit pair i of bytes 128 + 32n...
+			for l0 := 0; l0 < 32; l0 += a.V {
+				A := g.u8(64*n + 32*(i%2) + l0)
+				h := g.u8(128 + 32*n + l0)
+				var lo VecVirtual
+				if i < 2 {
+					lo = g.and(0x0f, A)
+				} else {
+					lo = g.shl(-4, A)
+				}
+				q := g.or(lo, g.and(0x30, g.shl(4-2*i, h)))
+				is := 8*n + l0/16
 				g.emit(g.sub(32, q), g.bcast(g.loc(4*(is+2*i))), nil, false, 128*n+32*i+l0)
 			}
 		}
@@ -396,15 +440,12 @@ func (g *dq) q2K() {
 		VMULPS(dmin, hi, hi)
 		VMOVUPS(hi, g.loc(64+4*i))
 	}
-	for n := 0; n < 2; n++ {
-		for sub := 0; sub < 2; sub++ {
-			for l0 := 0; l0 < 16; l0 += a.V {
-				v := g.u8(16 + 32*n + 16*sub + l0)
-				for s := 0; s < 4; s++ {
-					c := 8*n + 2*s + sub
-					g.emit(g.and(3, g.shl(-2*s, v)), g.bcast(g.loc(4*c)), g.bcast(g.loc(64+4*c)), true, 16*c+l0)
-				}
-			}
+	for c := 0; c < 16; c++ {
+		// Sub-block c: bit pair s of bytes 16 + 32n + 16·sub...
+		n, s, sub := c/8, c%8/2, c%2
+		for l0 := 0; l0 < 16; l0 += a.V {
+			v := g.u8(16 + 32*n + 16*sub + l0)
+			g.emit(g.and(3, g.shl(-2*s, v)), g.bcast(g.loc(4*c)), g.bcast(g.loc(64+4*c)), true, 16*c+l0)
 		}
 	}
 }
@@ -418,10 +459,11 @@ func (g *dq) q3K() {
 	MOVL(g.at(96), a0)
 	MOVL(g.at(100), a1)
 	MOVL(g.at(104), tmp)
-	var w [4]Register
-	for i := range w {
+	x := XMM()
+	for i := 0; i < 4; i++ {
 		// Word i: low nibbles of a0 or a1 (shifted by 4 for i ≥ 2), top
-		// bits from tmp >> 2i.
+		// bits from tmp >> 2i; inserted at once, so that few general
+		// registers are live (a fused kernel holds many).
 		r, t := GP32(), GP32()
 		MOVL([2]Register{a0, a1}[i%2], r)
 		if i >= 2 {
@@ -435,20 +477,22 @@ func (g *dq) q3K() {
 		ANDL(U32(0x03030303), t)
 		SHLL(U8(4), t)
 		ORL(t, r)
-		w[i] = r
+		if i == 0 {
+			VMOVD(r, x)
+		} else {
+			VPINSRD(U8(i), r, x, x)
+		}
 	}
-	g.scalesTo(words(w), 16, 32, a.q8Scale(g.at(108)), 0)
-	for n := 0; n < 2; n++ {
-		for sub := 0; sub < 2; sub++ {
-			for l0 := 0; l0 < 16; l0 += a.V {
-				qv := g.u8(32 + 32*n + 16*sub + l0)
-				hv := g.u8(16*sub + l0)
-				for s := 0; s < 4; s++ {
-					c := 8*n + 2*s + sub
-					q := g.or(g.and(3, g.shl(-2*s, qv)), g.and(4, g.shl(2-(4*n+s), hv)))
-					g.emit(g.sub(4, q), g.bcast(g.loc(4*c)), nil, false, 16*c+l0)
-				}
-			}
+	g.scalesTo(x, 16, 32, a.q8Scale(g.at(108)), 0)
+	for c := 0; c < 16; c++ {
+		// Sub-block c: bit pair s of bytes 32 + 32n + 16·sub..., high bit
+		// 4n+s of bytes 16·sub...
+		n, s, sub := c/8, c%8/2, c%2
+		for l0 := 0; l0 < 16; l0 += a.V {
+			qv := g.u8(32 + 32*n + 16*sub + l0)
+			hv := g.u8(16*sub + l0)
+			q := g.or(g.and(3, g.shl(-2*s, qv)), g.and(4, g.shl(2-(4*n+s), hv)))
+			g.emit(g.sub(4, q), g.bcast(g.loc(4*c)), nil, false, 16*c+l0)
 		}
 	}
 }

@@ -128,6 +128,7 @@ func main() {
 		fmt.Fprintf(&tb, "\nvar vec%s = vecKernels{%s}\n", a.name, genVec(a))
 
 		genDequantTable(&tb, a)
+		genFusedTable(&tb, a)
 	}
 	genIntFamily(&tb, avxvnni)
 	Generate()

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The fused kernels multiply block-quantised weights by float32 tokens
+// without writing the dequantised weights anywhere: each vector of weights
+// a block decoder (dq) would store is instead multiplied into the
+// accumulators, as the F32 dot kernel does with the vector it loads. The
+// vector is the one the dequantiser stores (the same instructions), each
+// accumulator acc[t][r] receives the vectors of its row in element order
+// (sink checks it) with the F32 kernel's VFMADD231PS, the span counter and
+// the reduction are the F32 kernel's: so the product has exactly the bits
+// of the F32 kernel over the dequantised weights, without the float32
+// scratch that dequantMatMul writes and re-reads (eight times the bytes of
+// a Q4_K row).
+
+// fusedSink receives a fused kernel's weight vectors: the tokens x and the
+// accumulators, and the element of the block the next vector must start at.
+type fusedSink struct {
+	x    *strided
+	acc  [][]VecVirtual
+	next int
+}
+
+// add multiplies the weights f of elements i.. of the current row's block
+// by every token's activations there and adds them to the row's
+// accumulators.
+func (s *fusedSink) add(g *dq, f VecVirtual, i int) {
+	if i != s.next {
+		panic(fmt.Sprintf("fused kernel: weights of element %d emitted where %d was next", i, s.next))
+	}
+	s.next += g.a.V
+	for t := range s.acc {
+		VFMADD231PS(s.x.at(t, 4*i), f, s.acc[t][g.row])
+	}
+}
+
+// fusedShape is the tile of the fused kernels: the F32 family's (so that
+// they serve every decode-sized n the two-pass path serves), with R = 4.
+func fusedShape(a arch) dotShape { return dotShapes(a, wF32) }
+
+func fusedName(a arch, k dqkind, R, T int) string {
+	return fmt.Sprintf("fused%s_%dx%d_%s", k, R, T, a.name)
+}
+
+// genFusedTable emits a's fused kernels and their table (a dotFamily per
+// block type, E one block).
+func genFusedTable(tb *strings.Builder, a arch) {
+	fmt.Fprintf(tb, "\nvar fused%s = [numDQ]dotFamily{\n", a.name)
+	s := fusedShape(a)
+	for k := dqkind(0); k < numDQ; k++ {
+		var full, one []string
+		for T := 1; T <= s.T; T++ {
+			genFused(a, k, s.R, T)
+			genFused(a, k, 1, T)
+			full = append(full, dotGroup.add(fusedName(a, k, s.R, T)))
+			one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
+		}
+		fmt.Fprintf(tb, "\tdq%s: {R: %d, T: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}},\n",
+			k, s.R, s.T, dqBlock[k].elems, strings.Join(full, ", "), strings.Join(one, ", "))
+	}
+	fmt.Fprintf(tb, "}\n")
+}
+
+// genFused emits the fused kernel of kind k for R rows and T tokens, a
+// dotKernel whose n counts blocks: genDot's loop over the steps (one block
+// of each row), the span counter and the reduction, with the weights of a
+// step produced by the block decoder of the dequantiser.
+func genFused(a arch, k dqkind, R, T int) {
+	name := fusedName(a, k, R, T)
+	TEXT(name, NOSPLIT, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n blocks of %s (%d elements), span by span of %d elements, to out[t][r] for %d weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).",
+		name, k, dqBlock[k].elems, sumSpan, R, T))
+	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R, T))
+	x := newStrided(Load(Param("x"), GP64()), Load(Param("ldx"), GP64()), T)
+	n := Load(Param("n"), GP64())
+	acc := a.newAccs(T, R)
+	E, bytes := dqBlock[k].elems, dqBlock[k].bytes
+	span := newSpanCounter(sumSpan / E)
+	// out is addressed only when a span's sums are added, from the
+	// arguments each time: the general registers are needed by the loop.
+	reduce := func() {
+		out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
+		a.reduceAdd(acc, out, nil)
+	}
+	g := &dq{a: a, w: w, sink: &fusedSink{x: x, acc: acc}}
+	if hasLocal(k) {
+		g.local = AllocLocal(128)
+	}
+	var tbl VecVirtual
+	if k == dIQ4_NL || k == dIQ4_XS {
+		tbl = XMM()
+		a.movdqu(g.levels(), tbl)
+	}
+	TESTQ(n, n)
+	JZ(LabelRef("reduce"))
+	Label("loop")
+	for r := 0; r < R && w.rows > R; r++ {
+		for off := 0; off < bytes; off += 64 {
+			PREFETCHT0(w.at(r+R, off))
+		}
+	}
+	for r := 0; r < R; r++ {
+		g.row, g.sink.next = r, 0
+		g.block(k, tbl)
+		if g.sink.next != E {
+			panic(fmt.Sprintf("%s: a block emitted %d of %d elements", name, g.sink.next, E))
+		}
+	}
+	w.advance(bytes)
+	x.advance(4 * E)
+	a.nextWith(n, "reduce", span, "loop", acc, reduce)
+	a.finishWith(reduce)
+}
