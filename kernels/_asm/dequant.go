@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -219,11 +220,47 @@ func (g *dq) emit(q VecVirtual, scale, off Op, sub bool, i int) {
 			VADDPS(off, f, f)
 		}
 	}
+	g.put(f, i)
+}
+
+// put stores the float32 weights f at out element i (fused: hands them to
+// the sink).
+func (g *dq) put(f VecVirtual, i int) {
 	if g.sink != nil {
 		g.sink.add(g, f, i)
 		return
 	}
 	VMOVUPS(f, g.out(i))
+}
+
+// levels16 returns, on zmm, the vector of float32(base+q)·scale, minus off
+// once rounded when off is not nil, for q = 0..15: the values emit gives a
+// 4-bit quant, for VPERMPS to look up by the quant (the low four bits of
+// each lane index it). One lookup replaces emit's convert, multiply and
+// subtract, with the same bits.
+func (g *dq) levels16(base int, scale, off Op) VecVirtual {
+	w := make([]uint32, 16)
+	for q := range w {
+		w[q] = math.Float32bits(float32(base + q))
+	}
+	t := g.a.vec()
+	name := fmt.Sprintf("dqlevels_%d", base)
+	if base < 0 {
+		name = fmt.Sprintf("dqlevels_m%d", -base)
+	}
+	VMULPS(g.a.constDwords(name, w), scale, t)
+	if off != nil {
+		VSUBPS(off, t, t)
+	}
+	return t
+}
+
+// lookup puts the levels of the low four bits of each lane of q at out
+// element i.
+func (g *dq) lookup(levels, q VecVirtual, i int) {
+	f := g.a.vec()
+	VPERMPS(levels, q, f)
+	g.put(f, i)
 }
 
 // bcast broadcasts the float32 at m.
@@ -265,6 +302,13 @@ func (g *dq) legacy(k dqkind) {
 	var off Op
 	if m != nil {
 		off = m
+	}
+	if k == dQ4_0 && a.zmm {
+		lv := g.levels16(-8, d, nil)
+		v := g.u8(qs)
+		g.lookup(lv, v, 0)
+		g.lookup(lv, g.shl(-4, v), 16)
+		return
 	}
 	for half := 0; half < 2; half++ {
 		for l0 := 0; l0 < 16; l0 += a.V {
@@ -375,6 +419,17 @@ func (g *dq) q45K(five bool) {
 		// Sub-block s: the low (even s) or high nibbles of bytes 32·(s/2)...
 		j := s / 2
 		d1, m1 := g.bcast(g.loc(4*s)), g.bcast(g.loc(32+4*s))
+		if a.zmm && !five {
+			lv := g.levels16(0, d1, m1)
+			for l0 := 0; l0 < 32; l0 += a.V {
+				v := g.u8(qs + 32*j + l0)
+				if s%2 == 1 {
+					v = g.shl(-4, v)
+				}
+				g.lookup(lv, v, 32*s+l0)
+			}
+			continue
+		}
 		for l0 := 0; l0 < 32; l0 += a.V {
 			v := g.u8(qs + 32*j + l0)
 			var q VecVirtual

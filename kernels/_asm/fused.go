@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"iter"
 	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -27,6 +28,17 @@ type fusedSink struct {
 	x    *strided
 	acc  [][]VecVirtual
 	next int
+	// yield, when set, passes control to the next row's decoder after
+	// each vector (interleaved rows).
+	yield func(struct{}) bool
+	// shared is the token vector of the element interleaved rows are at
+	// (one token), nil otherwise.
+	shared *sharedX
+}
+
+type sharedX struct {
+	i int
+	x VecVirtual
 }
 
 // add multiplies the weights f of elements i.. of the current row's block
@@ -37,9 +49,40 @@ func (s *fusedSink) add(g *dq, f VecVirtual, i int) {
 		panic(fmt.Sprintf("fused kernel: weights of element %d emitted where %d was next", i, s.next))
 	}
 	s.next += g.a.V
-	for t := range s.acc {
-		VFMADD231PS(s.x.at(t, 4*i), f, s.acc[t][g.row])
+	if s.shared != nil {
+		// Interleaved rows of one token: the first row to reach element i
+		// loads the token's vector, the others reuse it.
+		if s.shared.i != i || s.shared.x == nil {
+			s.shared.i, s.shared.x = i, g.a.vec()
+			VMOVUPS(s.x.at(0, 4*i), s.shared.x)
+		}
+		VFMADD231PS(s.shared.x, f, s.acc[0][g.row])
+	} else {
+		for t := range s.acc {
+			VFMADD231PS(s.x.at(t, 4*i), f, s.acc[t][g.row])
+		}
 	}
+	if s.yield != nil {
+		s.yield(struct{}{})
+	}
+}
+
+// interleaved reports whether the fused kernel for R rows and T tokens
+// decodes its rows' blocks vector by vector in turn rather than one block
+// after the other: each accumulator is then a chain of a multiply-add a
+// vector, and interleaving lets the rows' chains overlap (a block of a row
+// alone is a chain of E/V dependent multiply-adds). It holds each row's
+// decoder state at once, so only where the registers allow.
+func interleaved(a arch, k dqkind, R, T int) bool {
+	switch {
+	case R == 1:
+		return false
+	case a.zmm:
+		return T <= 2
+	}
+	// 16 ymm registers: one token, and not the kinds whose decoders hold
+	// more than two vectors a row (fifth bits, a min, IQ4 levels).
+	return T == 1 && k != dQ4_1 && k != dQ5_0 && k != dQ5_1 && k != dIQ4_NL && k != dIQ4_XS
 }
 
 // fusedShape is the tile of the fused kernels: the F32 family's (so that
@@ -91,14 +134,14 @@ func genFused(a arch, k dqkind, R, T int) {
 		out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
 		a.reduceAdd(acc, out, nil)
 	}
-	g := &dq{a: a, w: w, sink: &fusedSink{x: x, acc: acc}}
+	var local Mem
 	if hasLocal(k) {
-		g.local = AllocLocal(128)
+		local = AllocLocal(128 * R)
 	}
 	var tbl VecVirtual
 	if k == dIQ4_NL || k == dIQ4_XS {
 		tbl = XMM()
-		a.movdqu(g.levels(), tbl)
+		a.movdqu((&dq{a: a}).levels(), tbl)
 	}
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
@@ -108,11 +151,45 @@ func genFused(a arch, k dqkind, R, T int) {
 			PREFETCHT0(w.at(r+R, off))
 		}
 	}
-	for r := 0; r < R; r++ {
-		g.row, g.sink.next = r, 0
-		g.block(k, tbl)
+	rows := make([]*dq, R)
+	for r := range rows {
+		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}}
+		if hasLocal(k) {
+			rows[r].local = local.Offset(128 * r)
+		}
+	}
+	check := func(g *dq) {
 		if g.sink.next != E {
 			panic(fmt.Sprintf("%s: a block emitted %d of %d elements", name, g.sink.next, E))
+		}
+	}
+	if interleaved(a, k, R, T) {
+		var nexts []func() (struct{}, bool)
+		var sh *sharedX
+		if T == 1 {
+			sh = &sharedX{i: -1}
+		}
+		for _, g := range rows {
+			g.sink.shared = sh
+			next, stop := iter.Pull(func(yield func(struct{}) bool) {
+				g.sink.yield = yield
+				g.block(k, tbl)
+			})
+			defer stop()
+			nexts = append(nexts, next)
+		}
+		for live := true; live; {
+			for _, next := range nexts {
+				_, live = next()
+			}
+		}
+		for _, g := range rows {
+			check(g)
+		}
+	} else {
+		for _, g := range rows {
+			g.block(k, tbl)
+			check(g)
 		}
 	}
 	w.advance(bytes)
