@@ -239,14 +239,21 @@ func (g *dq) put(f VecVirtual, i int) {
 // each lane index it). One lookup replaces emit's convert, multiply and
 // subtract, with the same bits.
 func (g *dq) levels16(base int, scale, off Op) VecVirtual {
+	return g.levelsMod(base, 16, scale, off)
+}
+
+// levelsMod is levels16 for quants of fewer than four bits: entry j holds
+// the level of j mod m, so that the bits above a quant in its lane (the
+// next quants of its byte) need no mask.
+func (g *dq) levelsMod(base, m int, scale, off Op) VecVirtual {
 	w := make([]uint32, 16)
 	for q := range w {
-		w[q] = math.Float32bits(float32(base + q))
+		w[q] = math.Float32bits(float32(base + q%m))
 	}
 	t := g.a.vec()
-	name := fmt.Sprintf("dqlevels_%d", base)
+	name := fmt.Sprintf("dqlevels_%d_mod%d", base, m)
 	if base < 0 {
-		name = fmt.Sprintf("dqlevels_m%d", -base)
+		name = fmt.Sprintf("dqlevels_m%d_mod%d", -base, m)
 	}
 	VMULPS(g.a.constDwords(name, w), scale, t)
 	if off != nil {
@@ -460,24 +467,92 @@ func (g *dq) q6K() {
 		VMOVUPS(v, g.loc(4*i))
 	}
 	for n := 0; n < 2; n++ {
+		// The quants of a half are put together a byte each, 32 at a time
+		// (word shifts, byte masks: what a shift moves across a byte is
+		// masked off), then sign-extended a vector at a time.
+		h := g.loadY(g.at(128 + 32*n))
 		for i := 0; i < 4; i++ {
 			// Quarter i of the half: low (i < 2) or high nibbles of bytes
 			// 64n + 32(i%2)..., bit pair i of bytes 128 + 32n...
+			A := g.loadY(g.at(64*n + 32*(i%2)))
+			if i >= 2 {
+				A = g.ywords(VPSRLW, 4, A)
+			}
+			hs := h
+			switch sh := 4 - 2*i; {
+			case sh > 0:
+				hs = g.ywords(VPSLLW, sh, h)
+			case sh < 0:
+				hs = g.ywords(VPSRLW, -sh, h)
+			}
+			q := g.yor(g.yand(0x0f0f0f0f, A), g.yand(0x30303030, hs))
+			VPSUBB(g.c(0x20202020), q, q)
 			for l0 := 0; l0 < 32; l0 += a.V {
-				A := g.u8(64*n + 32*(i%2) + l0)
-				h := g.u8(128 + 32*n + l0)
-				var lo VecVirtual
-				if i < 2 {
-					lo = g.and(0x0f, A)
-				} else {
-					lo = g.shl(-4, A)
-				}
-				q := g.or(lo, g.and(0x30, g.shl(4-2*i, h)))
 				is := 8*n + l0/16
-				g.emit(g.sub(32, q), g.bcast(g.loc(4*(is+2*i))), nil, false, 128*n+32*i+l0)
+				g.emit(g.sx8(q, l0), g.bcast(g.loc(4*(is+2*i))), nil, false, 128*n+32*i+l0)
 			}
 		}
 	}
+}
+
+// loadY loads 32 bytes into a ymm (EVEX on zmm, which can name Y16-Y31).
+func (g *dq) loadY(m Mem) VecVirtual {
+	y := YMM()
+	if g.a.zmm {
+		VMOVDQU32(m, y)
+	} else {
+		VMOVDQU(m, y)
+	}
+	return y
+}
+
+// yand returns the 32 bytes of x and the constant of lanes v.
+func (g *dq) yand(v uint32, x VecVirtual) VecVirtual {
+	d := YMM()
+	if g.a.zmm {
+		VPANDD(g.c(v), x, d)
+	} else {
+		VPAND(g.c(v), x, d)
+	}
+	return d
+}
+
+func (g *dq) yor(x, y VecVirtual) VecVirtual {
+	d := YMM()
+	if g.a.zmm {
+		VPORD(y, x, d)
+	} else {
+		VPOR(y, x, d)
+	}
+	return d
+}
+
+// ywords shifts the words of the ymm x by s bits with op (VPSLLW, VPSRLW).
+func (g *dq) ywords(op func(...Op), s int, x VecVirtual) VecVirtual {
+	d := YMM()
+	op(U8(s), x, d)
+	return d
+}
+
+// sx8 sign-extends bytes l0.. of the ymm q into a vector of 32-bit lanes.
+func (g *dq) sx8(q VecVirtual, l0 int) VecVirtual {
+	src := q.AsX()
+	if l0 >= 16 {
+		src = XMM()
+		if g.a.zmm {
+			VEXTRACTI32X4(U8(1), q, src)
+		} else {
+			VEXTRACTI128(U8(1), q, src)
+		}
+	}
+	if l0%16 == 8 {
+		t := XMM()
+		VPSHUFD(U8(0xEE), src, t)
+		src = t
+	}
+	v := g.a.vec()
+	VPMOVSXBD(src, v)
+	return v
 }
 
 // q2K decodes Q2_K: 16 bytes of scale|min<<4, 64 bytes of 2-bit quants, d,
@@ -485,19 +560,38 @@ func (g *dq) q6K() {
 func (g *dq) q2K() {
 	a := g.a
 	d, dmin := a.q8Scale(g.at(80)), a.q8Scale(g.at(82))
+	var ds, ms VecVirtual // zmm: the 16 scales and mins, in registers
 	for i := 0; i < 16; i += a.V {
 		s := g.u8(i)
 		lo, hi := a.vec(), a.vec()
 		VCVTDQ2PS(g.and(0x0f, s), lo)
 		VMULPS(d, lo, lo)
-		VMOVUPS(lo, g.loc(4*i))
 		VCVTDQ2PS(g.shl(-4, s), hi)
 		VMULPS(dmin, hi, hi)
+		if a.zmm {
+			ds, ms = lo, hi
+			break
+		}
+		VMOVUPS(lo, g.loc(4*i))
 		VMOVUPS(hi, g.loc(64+4*i))
 	}
 	for c := 0; c < 16; c++ {
 		// Sub-block c: bit pair s of bytes 16 + 32n + 16·sub...
 		n, s, sub := c/8, c%8/2, c%2
+		if a.zmm {
+			// One vector: look the 2-bit quants up (levelsMod) by the
+			// byte shifted down to them. The sub-block's scale and min
+			// come from the registers (VPERMPS by a vector of c): loads
+			// from the stack just stored wait for the stores.
+			idx := a.vec()
+			VMOVDQU32(a.constVec(fmt.Sprintf("dqsplat_%d", c), uint32(c)), idx)
+			dc, mc := a.vec(), a.vec()
+			VPERMPS(ds, idx, dc)
+			VPERMPS(ms, idx, mc)
+			lv := g.levelsMod(0, 4, dc, mc)
+			g.lookup(lv, g.shl(-2*s, g.u8(16+32*n+16*sub)), 16*c)
+			continue
+		}
 		for l0 := 0; l0 < 16; l0 += a.V {
 			v := g.u8(16 + 32*n + 16*sub + l0)
 			g.emit(g.and(3, g.shl(-2*s, v)), g.bcast(g.loc(4*c)), g.bcast(g.loc(64+4*c)), true, 16*c+l0)
