@@ -264,3 +264,28 @@ func BenchmarkGEMVDecode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeL2 is a one-token product of 64 rows of 2048 elements
+// that stay in L2, one thread, in weight bytes per second: the kernels'
+// compute bound, fused and two-pass, without the memory stream:
+//
+//	go test -run XXX -bench DecodeL2 ./kernels/
+func BenchmarkDecodeL2(b *testing.B) {
+	const out, in = 64, dotSpan
+	for _, c := range dqTypes {
+		rb, _ := c.dt.RowBytes(in)
+		m := Mat{Type: c.dt, Out: out, In: in, Data: benchBlocks(rand.New(rand.NewPCG(5, 6)), c.dt, out*rb/c.dt.BlockBytes())}
+		x := randInputs(rand.New(rand.NewPCG(2, 2)), 1, in)
+		dst := make([]float32, out)
+		for _, fused := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%v/fused=%v", c.dt, fused), func(b *testing.B) {
+				defer func(v bool) { noFused = v }(noFused)
+				noFused = !fused
+				b.SetBytes(int64(len(m.Data)))
+				for b.Loop() {
+					MatMul(dst, x, 1, &m)
+				}
+			})
+		}
+	}
+}

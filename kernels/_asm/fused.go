@@ -87,6 +87,14 @@ func interleaved(a arch, k dqkind, R, T int) bool {
 
 // fusedShape is the tile of the fused kernels: the F32 family's (so that
 // they serve every decode-sized n the two-pass path serves), with R = 4.
+// fusedPrefetch is how far ahead of each row's block a fused kernel
+// prefetches. The rows of a matrix lie end to end, so the tile's rows
+// together prefetch the 4 KiB after the tile's start: farther than the
+// next tile for rows under 1 KiB (most of a Q2_K or Q4_K row), where
+// prefetching the next tile's rows left the stream at about two thirds of
+// the rate with it (figures: bench/README.md).
+const fusedPrefetch = 4096
+
 func fusedShape(a arch) dotShape { return dotShapes(a, wF32) }
 
 func fusedName(a arch, k dqkind, R, T int) string {
@@ -122,7 +130,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n blocks of %s (%d elements), span by span of %d elements, to out[t][r] for %d weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).",
 		name, k, dqBlock[k].elems, sumSpan, R, T))
-	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R, T))
+	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), R)
 	x := newStrided(Load(Param("x"), GP64()), Load(Param("ldx"), GP64()), T)
 	n := Load(Param("n"), GP64())
 	acc := a.newAccs(T, R)
@@ -146,9 +154,9 @@ func genFused(a arch, k dqkind, R, T int) {
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
 	Label("loop")
-	for r := 0; r < R && w.rows > R; r++ {
+	for r := 0; r < R; r++ {
 		for off := 0; off < bytes; off += 64 {
-			PREFETCHT0(w.at(r+R, off))
+			PREFETCHT0(w.at(r, fusedPrefetch+off))
 		}
 	}
 	rows := make([]*dq, R)
