@@ -575,23 +575,39 @@ func (g *dq) q2K() {
 		VMOVUPS(lo, g.loc(4*i))
 		VMOVUPS(hi, g.loc(64+4*i))
 	}
-	for c := 0; c < 16; c++ {
-		// Sub-block c: bit pair s of bytes 16 + 32n + 16·sub...
-		n, s, sub := c/8, c%8/2, c%2
-		if a.zmm {
-			// One vector: look the 2-bit quants up (levelsMod) by the
-			// byte shifted down to them. The sub-block's scale and min
-			// come from the registers (VPERMPS by a vector of c): loads
-			// from the stack just stored wait for the stores.
+	if a.zmm {
+		// Four sub-blocks (vectors) a table: lane 4k+q holds level q of
+		// sub-block c0+k, the scales and mins spread from the registers
+		// (VPERMPS: loads from the stack just stored wait for the stores),
+		// and each vector looks its 2-bit quants up, plus 4k.
+		spread := make([]uint32, 16)
+		for c0 := 0; c0 < 16; c0 += 4 {
+			for j := range spread {
+				spread[j] = uint32(c0 + j/4)
+			}
 			idx := a.vec()
-			VMOVDQU32(a.constVec(fmt.Sprintf("dqsplat_%d", c), uint32(c)), idx)
+			VMOVDQU32(a.constDwords(fmt.Sprintf("dqq2spread_%d", c0), spread), idx)
 			dc, mc := a.vec(), a.vec()
 			VPERMPS(ds, idx, dc)
 			VPERMPS(ms, idx, mc)
 			lv := g.levelsMod(0, 4, dc, mc)
-			g.lookup(lv, g.shl(-2*s, g.u8(16+32*n+16*sub)), 16*c)
-			continue
+			for k := 0; k < 4; k++ {
+				c := c0 + k
+				n, s, sub := c/8, c%8/2, c%2
+				q := g.and(3, g.shl(-2*s, g.u8(16+32*n+16*sub)))
+				if k > 0 {
+					o := a.vec()
+					VPORD(g.c(uint32(4*k)), q, o)
+					q = o
+				}
+				g.lookup(lv, q, 16*c)
+			}
 		}
+		return
+	}
+	for c := 0; c < 16; c++ {
+		// Sub-block c: bit pair s of bytes 16 + 32n + 16·sub...
+		n, s, sub := c/8, c%8/2, c%2
 		for l0 := 0; l0 < 16; l0 += a.V {
 			v := g.u8(16 + 32*n + 16*sub + l0)
 			g.emit(g.and(3, g.shl(-2*s, v)), g.bcast(g.loc(4*c)), g.bcast(g.loc(64+4*c)), true, 16*c+l0)

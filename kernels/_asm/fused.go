@@ -90,9 +90,9 @@ func interleaved(a arch, k dqkind, R, T int) bool {
 // fusedPrefetch is how far ahead of each row's block a fused kernel
 // prefetches. The rows of a matrix lie end to end, so the tile's rows
 // together prefetch the 4 KiB after the tile's start: farther than the
-// next tile for rows under 1 KiB (most of a Q2_K or Q4_K row), where
-// prefetching the next tile's rows left the stream at about two thirds of
-// the rate with it (figures: bench/README.md).
+// next tile for rows under 1 KiB (a Q2_K or Q4_K row of 1536), where
+// prefetching the next tile's rows streamed 15-35 % slower (figures:
+// bench/README.md).
 const fusedPrefetch = 4096
 
 func fusedShape(a arch) dotShape { return dotShapes(a, wF32) }
