@@ -25,7 +25,6 @@ import (
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/tensor"
-	"github.com/grok-go/grok/tokenizer"
 )
 
 // Type is the tensor type a conversion writes.
@@ -112,8 +111,9 @@ const QuantizationVersion = 2
 type Options struct {
 	Type Type
 	// Tokenizer, if set, is the vocabulary written into the file instead of
-	// the source's own (loader.Model.Tokenizer).
-	Tokenizer *tokenizer.Tokenizer
+	// the source's own (loader.Model.Tokenizer): a loader.SentencePiece or
+	// a loader.BPE.
+	Tokenizer loader.Tokenizer
 	// Name is general.name. Default: the source GGUF's general.name, else
 	// the name of the source file or folder.
 	Name string

@@ -76,7 +76,7 @@ func TestConvertIdempotent(t *testing.T) {
 	}
 }
 
-func loadVocab(t *testing.T, path string) *tokenizerT {
+func loadVocab(t *testing.T, path string) loader.Tokenizer {
 	t.Helper()
 	v, err := LoadVocab(path)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
-	"github.com/grok-go/grok/tokenizer"
 )
 
 // fixtureSet is one random model written in every format, shared by the
@@ -272,5 +271,3 @@ func equalDims(a, b []int64) bool {
 
 // Vendored fixtures (shared/testdata) and their expected logits.
 const testdata = "../testdata"
-
-type tokenizerT = tokenizer.Tokenizer

@@ -6,14 +6,16 @@ import (
 
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/internal/safefile"
+	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tokenizer"
 )
 
 // LoadVocab reads a vocabulary to embed: a SentencePiece tokenizer.model,
-// or any GGUF file with a "llama" vocabulary (tokenizer.ggml.*), whose
-// pieces, scores, types, special ids and add_space_prefix are taken over.
-func LoadVocab(path string) (*tokenizer.Tokenizer, error) {
+// a byte-level BPE (Grok-2's tokenizer.tok.json or a Hugging Face
+// tokenizer.json), or any GGUF file with a "llama" or "gpt2" vocabulary
+// (tokenizer.ggml.*), which is taken over.
+func LoadVocab(path string) (loader.Tokenizer, error) {
 	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
@@ -22,37 +24,19 @@ func LoadVocab(path string) (*tokenizer.Tokenizer, error) {
 	_, err = io.ReadFull(f, magic)
 	f.Close()
 	if err != nil || string(magic) != gguf.Magic {
-		return tokenizer.Load(path)
+		return loader.LoadTokenizer(path)
 	}
 	g, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer g.Close() // metadata is copied out of the mapping by the parser
-	kind, _ := g.String("tokenizer.ggml.model")
-	if kind != "llama" {
-		return nil, fmt.Errorf("%s: tokenizer.ggml.model is %q; only a SentencePiece (\"llama\") vocabulary can be embedded", path, kind)
-	}
-	tokens, ok := g.Strings("tokenizer.ggml.tokens")
-	if !ok {
-		return nil, fmt.Errorf("%s: tokenizer.ggml.tokens is missing", path)
-	}
-	scores, _ := g.Float32s("tokenizer.ggml.scores")
-	types, _ := g.Int32s("tokenizer.ggml.token_type")
-	id := func(key string) int {
-		if v, ok := g.Int("tokenizer.ggml." + key); ok && v >= 0 && v < int64(len(tokens)) {
-			return int(v)
-		}
-		return -1
-	}
-	prefix := true
-	if v, ok := g.Bool("tokenizer.ggml.add_space_prefix"); ok {
-		prefix = v
-	}
-	t, err := tokenizer.FromGGUFVocab(tokens, scores, types, id("bos_token_id"), id("eos_token_id"),
-		id("unknown_token_id"), id("padding_token_id"), prefix)
-	if err != nil {
+	t, err := loader.TokenizerFromGGUF(g)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("%s: %w", path, err)
+	case t == nil:
+		return nil, fmt.Errorf("%s: the file has no vocabulary (tokenizer.ggml.model absent or \"none\")", path)
 	}
 	return t, nil
 }
@@ -63,15 +47,24 @@ func LoadVocab(path string) (*tokenizer.Tokenizer, error) {
 // padding and EOS ids are the model's (model.py's pad_token masks keys, and
 // the loader reads both back into the config). Without a tokenizer the file
 // gets llama.cpp's minimal vocabulary, tokenizer.ggml.model "none".
-func (j *job) vocabKVs(tok *tokenizer.Tokenizer, c *model.Config) ([]kv, error) {
+func (j *job) vocabKVs(t loader.Tokenizer, c *model.Config) ([]kv, error) {
 	u := func(v int) uint32 { return uint32(v) }
-	if tok == nil {
+	if t == nil {
 		j.warnf("no tokenizer: the file gets tokenizer.ggml.model \"none\" (ids only); give --tokenizer tokenizer.model to embed one")
 		return []kv{
 			{Key: "tokenizer.ggml.model", Value: "none"},
 			{Key: "tokenizer.ggml.eos_token_id", Value: u(c.EOSToken)},
 			{Key: "tokenizer.ggml.padding_token_id", Value: u(c.PadToken)},
 		}, nil
+	}
+	var tok *tokenizer.Tokenizer
+	switch t := t.(type) {
+	case loader.SentencePiece:
+		tok = t.Tokenizer
+	case loader.BPE:
+		return j.gpt2KVs(t.BPE, c)
+	default:
+		return nil, fmt.Errorf("a tokenizer of type %T cannot be embedded", t)
 	}
 	n := tok.VocabSize()
 	if n > c.VocabSize {

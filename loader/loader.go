@@ -17,12 +17,13 @@ import (
 	"github.com/grok-go/grok/internal/safefile"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
-	"github.com/grok-go/grok/tokenizer"
 )
 
 // Options tunes Open.
 type Options struct {
-	// Tokenizer is a tokenizer.model path, for formats that do not embed one.
+	// Tokenizer is a tokenizer file (tokenizer.model, tokenizer.tok.json
+	// or tokenizer.json), used instead of the one the model has or in place
+	// of one it lacks.
 	Tokenizer string
 	// Preset names the config to use for an xAI checkpoint without config.json.
 	Preset string
@@ -39,8 +40,8 @@ type Model struct {
 	// model.TensorSource, for conversion.
 	Source model.TensorSource
 	// Tokenizer is the model's tokenizer: embedded in a GGUF, or a
-	// tokenizer.model given in Options or found next to the model; nil if none.
-	Tokenizer *tokenizer.Tokenizer
+	// tokenizer file given in Options or found next to the model; nil if none.
+	Tokenizer Tokenizer
 	// Warnings are things the user should know about the file (e.g. config
 	// keys that were missing and defaulted).
 	Warnings []string
@@ -105,7 +106,7 @@ func openGGUF(path string, opt Options) (*Model, error) {
 	}
 	m, err := fromGGUF(f, path)
 	if err == nil && opt.Tokenizer != "" {
-		if m.Tokenizer, err = tokenizer.Load(opt.Tokenizer); err == nil {
+		if m.Tokenizer, err = LoadTokenizer(opt.Tokenizer); err == nil {
 			err = checkVocab(m)
 		}
 	}
@@ -142,7 +143,7 @@ func fromGGUF(f *gguf.File, path string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	tok, err := tokenizerFromGGUF(f)
+	tok, err := TokenizerFromGGUF(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/sampler"
-	"github.com/grok-go/grok/tokenizer"
 )
 
 // Stats are the engine's counters, for metrics.
@@ -38,7 +37,7 @@ type Stats struct {
 // of the model's Forward.
 type Engine struct {
 	lm   *model.LanguageModel
-	tok  *tokenizer.Tokenizer
+	tok  Tokenizer
 	mem  *model.KVMemory
 	opts Options
 	eos  int
@@ -64,7 +63,7 @@ type Engine struct {
 
 // New starts an engine for lm. tok may be nil, in which case events carry
 // tokens but no text, and stop strings are not supported.
-func New(lm *model.LanguageModel, tok *tokenizer.Tokenizer, opts Options) (*Engine, error) {
+func New(lm *model.LanguageModel, tok Tokenizer, opts Options) (*Engine, error) {
 	c := &lm.Config
 	if opts.Slots <= 0 {
 		opts.Slots = 1
@@ -119,7 +118,7 @@ func (e *Engine) Context() int { return e.opts.Context }
 func (e *Engine) Model() *model.LanguageModel { return e.lm }
 
 // Tokenizer returns the engine's tokenizer (may be nil).
-func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+func (e *Engine) Tokenizer() Tokenizer { return e.tok }
 
 // EOS returns the end-of-sequence token id that ends requests.
 func (e *Engine) EOS() int { return e.eos }
@@ -191,7 +190,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 		// Prime the decoder with the prompt so that the continuation's text
 		// is exactly Decode(prompt+generated) minus Decode(prompt): the
 		// leading-space rule applies to the prompt's first piece, not ours.
-		s.dec = e.tok.NewDecoder()
+		s.dec = e.tok.NewTextDecoder()
 		for _, id := range req.Prompt {
 			if _, err := s.dec.Add(id); err != nil {
 				return nil, err

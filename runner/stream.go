@@ -29,7 +29,7 @@ type Stream struct {
 	generated []int
 	history   []int
 	smp       *sampler.Sampler
-	dec       *tokenizer.StreamDecoder
+	dec       tokenizer.TextDecoder
 	stop      stopMatcher
 	usage     Usage
 	submitted time.Time

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/grok-go/grok/runner"
-	"github.com/grok-go/grok/tokenizer"
 )
 
 // Options configures a Server.
@@ -92,7 +91,7 @@ type ModelInfo struct {
 // backend is the state that exists once the model is loaded.
 type backend struct {
 	eng    *runner.Engine
-	tok    *tokenizer.Tokenizer
+	tok    runner.Tokenizer
 	vocab  []string // display text of every token, for top_logprobs
 	isByte []bool   // byte-fallback pieces
 	byteOf []byte   // the byte of a byte-fallback piece

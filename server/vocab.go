@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/grok-go/grok/tokenizer"
+	"github.com/grok-go/grok/runner"
 )
 
 // vocabTable returns how each token is shown among top_logprobs (a token
@@ -14,7 +14,7 @@ import (
 // and a piece that decodes to nothing (a control token such as EOS) as its
 // piece name. It also returns which ids are byte pieces and their bytes,
 // for the chat logprobs' "bytes" arrays.
-func vocabTable(tok *tokenizer.Tokenizer) (text []string, isByte []bool, byteOf []byte) {
+func vocabTable(tok runner.Tokenizer) (text []string, isByte []bool, byteOf []byte) {
 	V := tok.VocabSize()
 	text, isByte, byteOf = make([]string, V), make([]bool, V), make([]byte, V)
 	for id := range V {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/grok-go/grok/convert"
 	"github.com/grok-go/grok/loader"
-	"github.com/grok-go/grok/tokenizer"
 )
 
 const (
@@ -39,7 +38,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	in := fs.String("i", "", "source model: a GGUF file, an xAI checkpoint folder, or safetensors (file, index or folder)")
 	out := fs.String("o", "", "output GGUF file (written to a temporary file and renamed when complete)")
 	typeName := fs.String("type", "keep", "tensor type: f32, f16, bf16, q8_0, keep (each tensor's own type; xAI int8 → Q8_0 exactly), or a llama-quantize mixture (q4_0 … q6_k, q4_k_m, …: each matrix typed by llama-quantize's rules); norms and router always F32")
-	tok := fs.String("tokenizer", "", "vocabulary to embed instead of the source's: a tokenizer.model, or a GGUF to copy it from")
+	tok := fs.String("tokenizer", "", "vocabulary to embed instead of the source's: a tokenizer.model, tokenizer.tok.json or tokenizer.json, or a GGUF to copy it from")
 	preset := fs.String("preset", "", "config preset for an xAI checkpoint without config.json (grok-1)")
 	name := fs.String("name", "", "general.name (default: the source GGUF's, else the source's file or folder name)")
 	verbose := fs.Bool("v", false, "print progress per tensor (the default when stderr is a terminal)")
@@ -63,7 +62,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err := convert.CheckOutput(*out, *in); err != nil {
 		return err
 	}
-	var vocab *tokenizer.Tokenizer
+	var vocab loader.Tokenizer
 	if *tok != "" {
 		if vocab, err = convert.LoadVocab(*tok); err != nil {
 			return err

@@ -8,42 +8,46 @@ import (
 	"io"
 	"os"
 
-	"github.com/grok-go/grok/tokenizer"
+	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/runner"
 )
 
 func init() {
 	register(command{
 		name:    "tokenize",
-		usage:   "[-t tokenizer.model | -m MODEL]  < one JSON string per line",
+		usage:   "[-t tokenizer.model|tokenizer.tok.json|tokenizer.json | -m MODEL]  < one JSON string per line",
 		summary: "encode JSON strings from stdin to JSON arrays of token ids",
 		run:     func(a []string, o, e io.Writer) error { return runTokenize(a, os.Stdin, o, e, false) },
 	})
 	register(command{
 		name:    "detokenize",
-		usage:   "[-t tokenizer.model | -m MODEL]  < one JSON array of ids per line",
+		usage:   "[-t tokenizer.model|tokenizer.tok.json|tokenizer.json | -m MODEL]  < one JSON array of ids per line",
 		summary: "decode JSON arrays of token ids from stdin to JSON strings",
 		run:     func(a []string, o, e io.Writer) error { return runTokenize(a, os.Stdin, o, e, true) },
 	})
 }
+
+// A loaded model's tokenizer is what the engine takes.
+var _ runner.Tokenizer = loader.Tokenizer(nil)
 
 func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer, decode bool) error {
 	name := "tokenize"
 	if decode {
 		name = "detokenize"
 	}
-	fs := newFlagSet(name, "[-t tokenizer.model | -m MODEL]", stderr)
-	tpath := fs.String("t", "", "a SentencePiece tokenizer.model")
+	fs := newFlagSet(name, "[-t tokenizer.model|tokenizer.tok.json|tokenizer.json | -m MODEL]", stderr)
+	tpath := fs.String("t", "", "a tokenizer file: SentencePiece tokenizer.model, Grok-2's tokenizer.tok.json or a Hugging Face tokenizer.json")
 	mpath := fs.String("m", "", "a model whose embedded vocabulary to use (GGUF; default: the embedded demo model)")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	var tok *tokenizer.Tokenizer
+	var tok loader.Tokenizer
 	switch {
 	case *tpath != "" && *mpath != "":
 		return usagef("give -t or -m, not both")
 	case *tpath != "":
 		var err error
-		if tok, err = tokenizer.Load(*tpath); err != nil {
+		if tok, err = loader.LoadTokenizer(*tpath); err != nil {
 			return err
 		}
 	default:
