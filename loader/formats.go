@@ -99,6 +99,11 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 		AttnLogitCap:             float32(sc.MaxAttnValue),
 		PadToken:                 sc.PadToken, EOSToken: sc.EOSToken, SequenceLen: sc.SequenceLen,
 		RopeBase: float32(sc.RopeBase), RMSEps: float32(sc.RMSEps),
+		// Grok-2 (residual_moe; semantics §G6: the router soft-cap only
+		// with the dense MLP, which ParseConfig sees to).
+		DenseFFNSize: sc.DenseFFNSize, RouterLogitCap: float32(sc.RouterLogitCap),
+		FinalLogitCap: float32(sc.FinalLogitCap), AttnTemperatureLen: sc.AttnTemperatureLen,
+		UntiedOutput: sc.ResidualMoE,
 	}
 	if math.IsNaN(float64(cfg.AttnLogitCap)) {
 		cfg.AttnLogitCap = 30
@@ -109,11 +114,16 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	m := &Model{LanguageModel: lm, Format: "safetensors", Path: path, Source: st, closers: []ioCloser{st}}
+	if n := st.AssembledBytes(); n > 0 {
+		m.Warnings = append(m.Warnings, fmt.Sprintf("the experts' tensor-parallel shards (*-TP-00N) were joined in memory: %d bytes copied; convert to GGUF (grok convert) to map them instead", n))
+	}
 	// rope_theta is absent from hpcai-tech's config by design (its code
 	// hard-codes 10000, as model.py does); anything else missing deserves a word.
 	var missing []string
 	for _, k := range sc.Defaulted {
-		if k != "rope_theta" {
+		// Grok-2's config has no attn_output_multiplier either: SGLang
+		// uses head_dim^-0.5, the default.
+		if k != "rope_theta" && !(k == "attn_output_multiplier" && sc.ResidualMoE) {
 			missing = append(missing, k)
 		}
 	}

@@ -29,7 +29,7 @@ type Config struct {
 	NumQHeads  int // num_attention_heads
 	NumKVHeads int // num_key_value_heads (default num_attention_heads)
 	NumLayers  int // num_hidden_layers
-	FFNSize    int // intermediate_size: the expert hidden size F
+	FFNSize    int // moe_intermediate_size, else intermediate_size: the expert hidden size F
 
 	NumExperts         int // num_experts (hpcai) or num_local_experts (keyfan, Mixtral)
 	NumSelectedExperts int // num_experts_per_tok (default 2)
@@ -51,6 +51,13 @@ type Config struct {
 	// transformers): the unembedding is the embedding, and lm_head.weight
 	// is not offered as output.weight.
 	TieWordEmbeddings bool
+
+	// Grok-2 (residual_moe: true; semantics §G1, SGLang's grok.py keys).
+	ResidualMoE        bool    // residual_moe: a dense MLP beside the experts
+	DenseFFNSize       int     // intermediate_size when residual_moe (0 otherwise)
+	RouterLogitCap     float64 // router_logit_softcapping (default 30 with residual_moe, else 0)
+	FinalLogitCap      float64 // final_logit_softcapping (default 0: none)
+	AttnTemperatureLen int     // attn_temperature_len (default 0; -1, SGLang's "off", reads as 0)
 
 	// Defaulted lists the config.json keys that were absent and got the
 	// default noted above, so that a caller can warn: a Grok model without
@@ -80,6 +87,12 @@ type configJSON struct {
 	EmbeddingMultiplierScale *float64        `json:"embedding_multiplier_scale"`
 	OutputMultiplierScale    *float64        `json:"output_multiplier_scale"`
 	MaxAttnValue             *float64        `json:"max_attn_value"`
+	AttnLogitSoftcapping     *float64        `json:"attn_logit_softcapping"`
+	MoEIntermediateSize      *int            `json:"moe_intermediate_size"`
+	RouterLogitSoftcapping   *float64        `json:"router_logit_softcapping"`
+	FinalLogitSoftcapping    *float64        `json:"final_logit_softcapping"`
+	AttnTemperatureLen       *int            `json:"attn_temperature_len"`
+	RopeType                 *string         `json:"rope_type"`
 	PadTokenID               json.RawMessage `json:"pad_token_id"`
 	BOSTokenID               json.RawMessage `json:"bos_token_id"`
 	EOSTokenID               json.RawMessage `json:"eos_token_id"`
@@ -115,10 +128,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c := &Config{Architectures: j.Architectures, ModelType: j.ModelType}
-	if j.ResidualMoE != nil && *j.ResidualMoE {
-		// Grok-2: a dense MLP beside the experts, which Grok-1's maths lacks.
-		return nil, errors.New("config: residual_moe is true (Grok-2's dense MLP beside the experts), which is not supported")
-	}
+	c.ResidualMoE = j.ResidualMoE != nil && *j.ResidualMoE
 	var errs []error
 	required := func(key string, p *int) int {
 		if p == nil {
@@ -130,6 +140,15 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.VocabSize = required("vocab_size", j.VocabSize)
 	c.EmbSize = required("hidden_size", j.HiddenSize)
 	c.FFNSize = required("intermediate_size", j.IntermediateSize)
+	switch {
+	case c.ResidualMoE:
+		// Grok-2: intermediate_size is the dense MLP, the experts'
+		// width is moe_intermediate_size (SGLang's grok.py).
+		c.DenseFFNSize = c.FFNSize
+		c.FFNSize = required("moe_intermediate_size", j.MoEIntermediateSize)
+	case j.MoEIntermediateSize != nil:
+		c.FFNSize = *j.MoEIntermediateSize
+	}
 	c.NumLayers = required("num_hidden_layers", j.NumHiddenLayers)
 	c.NumQHeads = required("num_attention_heads", j.NumAttentionHeads)
 	if err := errors.Join(errs...); err != nil {
@@ -180,11 +199,31 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.AttnOutputMultiplier = floatOr("attn_output_multiplier", j.AttnOutputMultiplier, defScale)
 	c.EmbeddingMultiplierScale = floatOr("embedding_multiplier_scale", j.EmbeddingMultiplierScale, 1)
 	c.OutputMultiplierScale = floatOr("output_multiplier_scale", j.OutputMultiplierScale, 1)
-	c.MaxAttnValue = floatOr("max_attn_value", j.MaxAttnValue, 30)
-	c.TieWordEmbeddings = true
+	if j.AttnLogitSoftcapping != nil {
+		c.MaxAttnValue = *j.AttnLogitSoftcapping // Grok-2's spelling
+	} else {
+		c.MaxAttnValue = floatOr("max_attn_value", j.MaxAttnValue, 30)
+	}
+	if c.ResidualMoE {
+		c.RouterLogitCap = floatOr("router_logit_softcapping", j.RouterLogitSoftcapping, 30)
+	}
+	if j.FinalLogitSoftcapping != nil {
+		c.FinalLogitCap = *j.FinalLogitSoftcapping
+	}
+	if j.AttnTemperatureLen != nil && *j.AttnTemperatureLen > 0 {
+		c.AttnTemperatureLen = *j.AttnTemperatureLen
+	}
+	if j.RopeType != nil && *j.RopeType != "original" && *j.RopeType != "default" {
+		// "original" is plain RoPE (semantics §G3): SGLang's other methods
+		// rescale the frequencies, which the engine does not.
+		errs = append(errs, fmt.Errorf("rope_type %q is not supported (only \"original\", plain RoPE)", *j.RopeType))
+	}
+	// Grok-2's lm_head is its own tensor; its config has no
+	// tie_word_embeddings key.
+	c.TieWordEmbeddings = !c.ResidualMoE
 	if j.TieWordEmbeddings != nil {
 		c.TieWordEmbeddings = *j.TieWordEmbeddings
-	} else {
+	} else if !c.ResidualMoE {
 		c.Defaulted = append(c.Defaulted, "tie_word_embeddings")
 	}
 	for _, t := range []struct {
@@ -243,13 +282,19 @@ func (c *Config) validate() error {
 	}{
 		{"vocab_size", c.VocabSize}, {"hidden_size", c.EmbSize}, {"head_dim", c.KeySize},
 		{"num_attention_heads", c.NumQHeads}, {"num_key_value_heads", c.NumKVHeads},
-		{"num_hidden_layers", c.NumLayers}, {"intermediate_size", c.FFNSize},
+		{"num_hidden_layers", c.NumLayers}, {"intermediate_size (the experts')", c.FFNSize},
 	} {
 		// 1<<24 bounds every dimension far above Grok-1's and keeps the
 		// products in shape checks from overflowing.
 		if f.v <= 0 || f.v > 1<<24 {
 			errs = append(errs, fmt.Errorf("%s must be in 1..%d, got %d", f.key, 1<<24, f.v))
 		}
+	}
+	if c.ResidualMoE && (c.DenseFFNSize <= 0 || c.DenseFFNSize > 1<<24) {
+		errs = append(errs, fmt.Errorf("intermediate_size (the dense MLP's) must be in 1..%d, got %d", 1<<24, c.DenseFFNSize))
+	}
+	if c.RouterLogitCap < 0 || c.FinalLogitCap < 0 || math.IsNaN(c.RouterLogitCap) || math.IsNaN(c.FinalLogitCap) {
+		errs = append(errs, fmt.Errorf("router_logit_softcapping %g and final_logit_softcapping %g must not be negative", c.RouterLogitCap, c.FinalLogitCap))
 	}
 	if c.NumExperts < 0 || c.NumExperts > 1<<16 {
 		errs = append(errs, fmt.Errorf("num_experts must be in 0..%d, got %d", 1<<16, c.NumExperts))

@@ -39,6 +39,11 @@ var nameTable = []nameRow{
 	{"blk.{N}.ffn_gate.{E}.weight", [3]string{"model.layers.{N}.moe_block.experts.{E}.linear.weight", "transformer.decoder_layer.{N}.moe.{E}.linear.weight", "model.layers.{N}.block_sparse_moe.experts.{E}.w1.weight"}, shapeFD},
 	{"blk.{N}.ffn_up.{E}.weight", [3]string{"model.layers.{N}.moe_block.experts.{E}.linear_v.weight", "transformer.decoder_layer.{N}.moe.{E}.linear_v.weight", "model.layers.{N}.block_sparse_moe.experts.{E}.w3.weight"}, shapeFD},
 	{"blk.{N}.ffn_down.{E}.weight", [3]string{"model.layers.{N}.moe_block.experts.{E}.linear_1.weight", "transformer.decoder_layer.{N}.moe.{E}.linear_1.weight", "model.layers.{N}.block_sparse_moe.experts.{E}.w2.weight"}, shapeDF},
+	// Grok-2's dense MLP beside the experts (residual_moe), in its own
+	// naming only (SGLang's Grok1MLP gate_proj/up_proj/down_proj).
+	{"blk.{N}.ffn_gate.weight", [3]string{"model.layers.{N}.mlp.gate_proj.weight", "model.layers.{N}.mlp.gate_proj.weight", "model.layers.{N}.mlp.gate_proj.weight"}, shapeDenseFD},
+	{"blk.{N}.ffn_up.weight", [3]string{"model.layers.{N}.mlp.up_proj.weight", "model.layers.{N}.mlp.up_proj.weight", "model.layers.{N}.mlp.up_proj.weight"}, shapeDenseFD},
+	{"blk.{N}.ffn_down.weight", [3]string{"model.layers.{N}.mlp.down_proj.weight", "model.layers.{N}.mlp.down_proj.weight", "model.layers.{N}.mlp.down_proj.weight"}, shapeDenseDF},
 	{"blk.{N}.layer_output_norm.weight", [3]string{"model.layers.{N}.post_moe_norm.scale", "transformer.decoder_layer.{N}.rms_norm_3.weight", "model.layers.{N}.post_moe_norm.weight"}, shapeD},
 }
 
@@ -51,14 +56,30 @@ type nameRow struct {
 	shape   func(c *Config) []int
 }
 
-func shapeVD(c *Config) []int     { return []int{c.VocabSize, c.EmbSize} }
-func shapeD(c *Config) []int      { return []int{c.EmbSize} }
-func shapeQ(c *Config) []int      { return []int{c.NumQHeads * c.KeySize, c.EmbSize} }
-func shapeKV(c *Config) []int     { return []int{c.NumKVHeads * c.KeySize, c.EmbSize} }
-func shapeO(c *Config) []int      { return []int{c.EmbSize, c.NumQHeads * c.KeySize} }
-func shapeRouter(c *Config) []int { return []int{c.NumExperts, c.EmbSize} }
-func shapeFD(c *Config) []int     { return []int{c.FFNSize, c.EmbSize} }
-func shapeDF(c *Config) []int     { return []int{c.EmbSize, c.FFNSize} }
+func shapeVD(c *Config) []int      { return []int{c.VocabSize, c.EmbSize} }
+func shapeD(c *Config) []int       { return []int{c.EmbSize} }
+func shapeQ(c *Config) []int       { return []int{c.NumQHeads * c.KeySize, c.EmbSize} }
+func shapeKV(c *Config) []int      { return []int{c.NumKVHeads * c.KeySize, c.EmbSize} }
+func shapeO(c *Config) []int       { return []int{c.EmbSize, c.NumQHeads * c.KeySize} }
+func shapeRouter(c *Config) []int  { return []int{c.NumExperts, c.EmbSize} }
+func shapeFD(c *Config) []int      { return []int{c.FFNSize, c.EmbSize} }
+func shapeDF(c *Config) []int      { return []int{c.EmbSize, c.FFNSize} }
+func shapeDenseFD(c *Config) []int { return []int{c.DenseFFNSize, c.EmbSize} }
+func shapeDenseDF(c *Config) []int { return []int{c.EmbSize, c.DenseFFNSize} }
+
+// tpAxis is the axis along which xai-org/grok-2's tensor-parallel shards
+// split an expert matrix (semantics §G5; llama.cpp's converter concatenates
+// them so): w1 and w3 ([F, D]) by rows, w2 ([D, F]) by columns. -1 for a
+// tensor the release does not split.
+func (r *nameRow) tpAxis() int {
+	switch r.canon {
+	case "blk.{N}.ffn_gate.{E}.weight", "blk.{N}.ffn_up.{E}.weight":
+		return 0
+	case "blk.{N}.ffn_down.{E}.weight":
+		return 1
+	}
+	return -1
+}
 
 // canonicalName is the result of matching a file's tensor name against
 // nameTable.

@@ -41,6 +41,8 @@ type Model struct {
 	tensors map[string]*entry // by the file's own name
 	canon   map[string]*entry // by canonical name
 	release []func() error
+	// assembled counts the bytes copied to join tensor-parallel shards.
+	assembled int64
 }
 
 // entry is one tensor of an opened file.
@@ -88,7 +90,7 @@ func Open(path string) (*Model, error) {
 		} else if exists(filepath.Join(dir, SingleFileName)) {
 			err = m.openSingle(filepath.Join(dir, SingleFileName))
 		} else {
-			err = fmt.Errorf("%s holds neither %s nor %s", dir, IndexFileName, SingleFileName)
+			err = m.openFolder(dir)
 		}
 	case strings.HasSuffix(path, ".index.json"):
 		err = m.openIndex(path)
@@ -149,6 +151,139 @@ func (m *Model) openSingle(path string) error {
 	}
 	return nil
 }
+
+// tpRank returns N of a file named *-TP-NNN.safetensors (xai-org/grok-2's
+// tensor-parallel shards, as SGLang's _prepare_presharded_weights globs
+// them), or -1 (*-TP-common.safetensors and any other name).
+func tpRank(base string) int {
+	stem, ok := strings.CutSuffix(base, ".safetensors")
+	i := strings.LastIndex(stem, "-TP-")
+	if !ok || i < 0 || len(stem)-i-4 != 3 {
+		return -1
+	}
+	n := 0
+	for _, c := range stem[i+4:] {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// openFolder opens every *.safetensors file of a folder without an index,
+// as xai-org/grok-2 ships: pytorch_model-*-TP-common.safetensors and, for
+// each of 8 tensor-parallel ranks, pytorch_model-*-TP-00N.safetensors
+// holding that rank's slice of every expert under the expert's own name.
+// A name found in several files must be in TP shards of distinct ranks
+// 0..n-1; its slices are joined into one tensor (joinTP).
+func (m *Model) openFolder(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("%s holds neither %s, %s nor any *.safetensors file", dir, IndexFileName, SingleFileName)
+	}
+	sort.Strings(files)
+	type piece struct {
+		rank int
+		e    *entry
+	}
+	byName := map[string][]piece{}
+	var names []string
+	for _, f := range files {
+		entries, err := m.openFile(f)
+		if err != nil {
+			return err
+		}
+		rank := tpRank(filepath.Base(f))
+		for _, e := range entries {
+			if byName[e.Name] == nil {
+				names = append(names, e.Name)
+			}
+			byName[e.Name] = append(byName[e.Name], piece{rank, e})
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ps := byName[name]
+		if len(ps) == 1 {
+			m.tensors[name] = ps[0].e
+			continue
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i].rank < ps[j].rank })
+		parts := make([]*entry, len(ps))
+		for i, p := range ps {
+			if p.rank != i {
+				return fmt.Errorf("tensor %q is in %d files (%s, %s, …), which are not the tensor-parallel shards *-TP-000 to *-TP-%03d", name, len(ps), ps[0].e.file, ps[1].e.file, len(ps)-1)
+			}
+			parts[i] = p.e
+		}
+		e, err := m.joinTP(name, parts)
+		if err != nil {
+			return err
+		}
+		m.tensors[name] = e
+	}
+	return nil
+}
+
+// joinTP joins the tensor-parallel slices of one expert matrix into a
+// tensor of its own: w1/w3 slices follow each other (rows), w2 slices
+// interleave row by row (columns). The engine takes one contiguous matrix
+// per expert (model.Linear, kernels.Mat), and a w2 split along its input
+// axis cannot be one without copying, so all three are copied; the bytes
+// are at most the files' own.
+func (m *Model) joinTP(name string, parts []*entry) (*entry, error) {
+	cn, ok := canonical(name)
+	axis := -1
+	if ok {
+		axis = cn.row.tpAxis()
+	}
+	if axis < 0 {
+		return nil, fmt.Errorf("tensor %q is in %d tensor-parallel shards, but only expert matrices (w1, w2, w3) are split so", name, len(parts))
+	}
+	p0 := parts[0]
+	if len(p0.Shape) != 2 || p0.info.size == 0 {
+		return nil, fmt.Errorf("tensor %q in %s: a split expert matrix must be 2-D of a fixed-width dtype, not %s%v", name, p0.file, p0.DType, p0.Shape)
+	}
+	shape := slices.Clone(p0.Shape)
+	for _, p := range parts[1:] {
+		if p.DType != p0.DType || len(p.Shape) != 2 || p.Shape[1-axis] != p0.Shape[1-axis] {
+			return nil, fmt.Errorf("tensor %q: its slice in %s is %s%v, in %s %s%v: they cannot be joined along axis %d", name, p0.file, p0.DType, p0.Shape, p.file, p.DType, p.Shape, axis)
+		}
+		shape[axis] += p.Shape[axis]
+	}
+	total := 0
+	for _, p := range parts {
+		total += len(p.data)
+	}
+	buf := make([]byte, 0, total)
+	if axis == 0 {
+		for _, p := range parts {
+			buf = append(buf, p.data...)
+		}
+	} else {
+		for r := range shape[0] {
+			for _, p := range parts {
+				w := p.Shape[1] * p.info.size
+				buf = append(buf, p.data[r*w:(r+1)*w]...)
+			}
+		}
+	}
+	m.assembled += int64(total)
+	return &entry{
+		rawEntry: rawEntry{Name: name, DType: p0.DType, Shape: shape},
+		file:     fmt.Sprintf("%s and %d more TP shards", p0.file, len(parts)-1),
+		data:     buf,
+		info:     p0.info,
+	}, nil
+}
+
+// AssembledBytes returns how many bytes of tensor data Open copied to join
+// the tensor-parallel slices of experts (0 for a checkpoint without them).
+func (m *Model) AssembledBytes() int64 { return m.assembled }
 
 // openIndex opens the shards an index names and takes each tensor from the
 // shard its weight_map gives: HF's size-based sharding cuts through layers,

@@ -370,10 +370,43 @@ func TestParseConfig(t *testing.T) {
 		c.EmbeddingMultiplierScale != 78.38367176906169 || c.SequenceLen != 8192 || len(c.Defaulted) != 0 || c.ModelType != "grok" {
 		t.Errorf("keyfan config: %+v", c)
 	}
-	// Grok-2's residual MoE is refused, not run as Grok-1.
-	if _, err := ParseConfig([]byte(`{"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-		"num_attention_heads": 4, "vocab_size": 100, "residual_moe": true}`)); err == nil || !strings.Contains(err.Error(), "residual_moe") {
-		t.Errorf("residual_moe: %v", err)
+	// Grok-2 (xai-org/grok-2's config.json keys, as SGLang reads them):
+	// intermediate_size is the dense MLP, the experts' width
+	// moe_intermediate_size; the soft-caps and the temperature are read,
+	// lm_head is untied without a tie_word_embeddings key.
+	grok2 := `{"architectures": ["Grok1ForCausalLM"], "embedding_multiplier_scale": 90.50966799187809,
+		"output_multiplier_scale": 0.5, "vocab_size": 131072, "hidden_size": 8192, "intermediate_size": 32768,
+		"moe_intermediate_size": 16384, "max_position_embeddings": 131072, "num_experts_per_tok": 2,
+		"num_local_experts": 8, "residual_moe": true, "num_attention_heads": 64, "num_key_value_heads": 8,
+		"num_hidden_layers": 64, "head_dim": 128, "rms_norm_eps": 1e-05, "final_logit_softcapping": 50,
+		"attn_logit_softcapping": 30.0, "router_logit_softcapping": 30.0, "rope_theta": 208533496,
+		"attn_temperature_len": 1024, "sliding_window_size": -1, "global_attn_every_n": 1, "model_type": "git",
+		"torch_dtype": "bfloat16", "rope_type": "original", "original_max_position_embeddings": 8192,
+		"scaling_factor": 16.0, "extrapolation_factor": 1.0, "attn_factor": 1.0, "beta_fast": 8, "beta_slow": 1,
+		"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}`
+	if c, err = ParseConfig([]byte(grok2)); err != nil {
+		t.Fatal(err)
+	}
+	if !c.ResidualMoE || c.FFNSize != 16384 || c.DenseFFNSize != 32768 || c.RouterLogitCap != 30 || c.FinalLogitCap != 50 ||
+		c.AttnTemperatureLen != 1024 || c.MaxAttnValue != 30 || c.TieWordEmbeddings || c.KeySize != 128 ||
+		!slices.Equal(c.Defaulted, []string{"attn_output_multiplier"}) {
+		t.Errorf("Grok-2 config: %+v", c)
+	}
+	for _, tc := range []struct{ edit, want string }{
+		{`"moe_intermediate_size": 16384, `, "missing moe_intermediate_size"},
+		{`"rope_type": "original"`, `rope_type "yarn" is not supported`},
+		{`"final_logit_softcapping": 50`, "must not be negative"},
+	} {
+		bad := strings.Replace(grok2, tc.edit, "", 1)
+		switch tc.edit[1] {
+		case 'r':
+			bad = strings.Replace(grok2, tc.edit, `"rope_type": "yarn"`, 1)
+		case 'f':
+			bad = strings.Replace(grok2, tc.edit, `"final_logit_softcapping": -1`, 1)
+		}
+		if _, err := ParseConfig([]byte(bad)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.edit, err, tc.want)
+		}
 	}
 	// Mixtral-style: head_dim, num_local_experts, an EOS list, no Grok
 	// multipliers (defaulted and reported).
