@@ -106,6 +106,13 @@ func (j *job) choose(t *outTensor, want Type) error {
 
 // layerNames lists a decoder layer's tensors in llama.cpp's order.
 func layerNames(c *model.Config) []string {
+	if c.NumExperts > 1 && c.DenseFFNSize > 0 {
+		// Grok-2 as llama.cpp's converter writes it: the dense MLP after
+		// the experts, the post-FFN norm named post_ffw_norm.
+		return []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm",
+			"ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+			"ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
+	}
 	if c.NumExperts > 1 {
 		return []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm",
 			"ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "layer_output_norm"}
@@ -121,6 +128,10 @@ func layerNames(c *model.Config) []string {
 func (j *job) plan(src model.TensorSource, c *model.Config, want Type) ([]*outTensor, error) {
 	D, K, F, E := c.EmbSize, c.KeySize, c.FFNSize, c.NumExperts
 	HQ, HKV := c.NumQHeads*K, c.NumKVHeads*K
+	Fd := F // the dense MLP's width: Grok-2's beside the experts, or a dense model's
+	if c.DenseFFNSize > 0 {
+		Fd = c.DenseFFNSize
+	}
 	var ts []*outTensor
 	lookup := func(name string) (*tensor.Tensor, error) {
 		t, ok := src.Lookup(name)
@@ -195,10 +206,11 @@ func (j *job) plan(src model.TensorSource, c *model.Config, want Type) ([]*outTe
 			switch s {
 			case "attn_norm", "attn_output_norm", "ffn_norm":
 				err = vec(name, name)
-			case "layer_output_norm":
-				srcName := name
-				if _, ok := src.Lookup(name); !ok {
-					srcName = fmt.Sprintf("blk.%d.post_ffw_norm.weight", l) // llama.cpp's other name
+			case "layer_output_norm", "post_ffw_norm":
+				// Sources may hold either of llama.cpp's names.
+				srcName := fmt.Sprintf("blk.%d.layer_output_norm.weight", l)
+				if _, ok := src.Lookup(srcName); !ok {
+					srcName = fmt.Sprintf("blk.%d.post_ffw_norm.weight", l)
 				}
 				err = vec(name, srcName)
 			case "attn_q":
@@ -216,9 +228,9 @@ func (j *job) plan(src model.TensorSource, c *model.Config, want Type) ([]*outTe
 			case "ffn_down_exps":
 				err = experts(name, l, "down", D, F)
 			case "ffn_gate", "ffn_up":
-				err = mat(name, F, D)
+				err = mat(name, Fd, D)
 			case "ffn_down":
-				err = mat(name, D, F)
+				err = mat(name, D, Fd)
 			}
 			if err != nil {
 				return nil, err
