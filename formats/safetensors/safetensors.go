@@ -1,5 +1,7 @@
 // Package safetensors opens Hugging Face safetensors conversions of Grok-1
-// (one file, or shards with model.safetensors.index.json), memory-maps them
+// (one file, or shards with model.safetensors.index.json) and xai-org/grok-2
+// as released (a folder of *-TP-common and *-TP-00N files, experts split
+// for tensor parallelism and joined on open), memory-maps them
 // and serves their tensors under the canonical GGUF names the model looks up
 // (model/weights.go), translating from the hpcai-tech, keyfan and
 // Mixtral-style spellings (see nameTable). It also reads config.json into a
@@ -66,7 +68,8 @@ type TensorInfo struct {
 
 // Open opens a safetensors checkpoint. path may be a .safetensors file, an
 // index (*.index.json), or a folder holding model.safetensors.index.json
-// with its shards or model.safetensors. config.json next to the files is
+// with its shards, model.safetensors, or neither (then every *.safetensors
+// file in it, see openFolder). config.json next to the files is
 // read if present; then every tensor the name table knows must have the
 // shape it implies.
 func Open(path string) (*Model, error) {
