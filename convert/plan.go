@@ -104,23 +104,6 @@ func (j *job) choose(t *outTensor, want Type) error {
 	return nil
 }
 
-// layerNames lists a decoder layer's tensors in llama.cpp's order.
-func layerNames(c *model.Config) []string {
-	if c.NumExperts > 1 && c.DenseFFNSize > 0 {
-		// Grok-2 as llama.cpp's converter writes it: the dense MLP after
-		// the experts, the post-FFN norm named post_ffw_norm.
-		return []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm",
-			"ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
-			"ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
-	}
-	if c.NumExperts > 1 {
-		return []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm",
-			"ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "layer_output_norm"}
-	}
-	return []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm",
-		"ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "layer_output_norm"}
-}
-
 // plan maps every tensor the model uses to an output tensor, in
 // llama.cpp's file order: token_embd, the layers, output_norm (and an
 // untied output.weight). Every shape and type is checked here, before a
@@ -200,7 +183,7 @@ func (j *job) plan(src model.TensorSource, c *model.Config, want Type) ([]*outTe
 		return nil, err
 	}
 	for l := 0; l < c.NumLayers; l++ {
-		for _, s := range layerNames(c) {
+		for _, s := range loader.LayerTensors(c) {
 			name := fmt.Sprintf("blk.%d.%s.weight", l, s)
 			var err error
 			switch s {

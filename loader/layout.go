@@ -89,3 +89,21 @@ func GGUFMetadata(name string, c *model.Config) []MetaKV {
 	}
 	return append(kvs, MetaKV{"grok.vocab_size", u(c.VocabSize)})
 }
+
+// LayerTensors lists a decoder layer's tensor names (blk.N.NAME.weight) in
+// llama.cpp's file order: Grok-1's MoE layer, a dense layer, or Grok-2's.
+func LayerTensors(c *model.Config) []string {
+	if c.NumExperts > 1 && c.DenseFFNSize > 0 {
+		// Grok-2 as llama.cpp's converter writes it: the dense MLP after
+		// the experts, the post-FFN norm named post_ffw_norm.
+		return []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm",
+			"ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+			"ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
+	}
+	if c.NumExperts > 1 {
+		return []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm",
+			"ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "layer_output_norm"}
+	}
+	return []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm",
+		"ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "layer_output_norm"}
+}
