@@ -58,9 +58,12 @@ type chatRequest struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Logprobs            *bool           `json:"logprobs"`
 	TopLogprobs         *int            `json:"top_logprobs"`
-	Tools               json.RawMessage `json:"tools"`
-	Functions           json.RawMessage `json:"functions"`
-	ResponseFormat      *struct {
+	// Truncate (an extension, ollama's name; default true) lets a chat
+	// too long for the context lose its oldest turns; false refuses it.
+	Truncate       *bool           `json:"truncate"`
+	Tools          json.RawMessage `json:"tools"`
+	Functions      json.RawMessage `json:"functions"`
+	ResponseFormat *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
 }

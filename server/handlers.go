@@ -2,10 +2,6 @@ package server
 
 import "net/http"
 
-// chatStop ends a chat answer where the model starts writing the user's
-// next turn (see chatPrompt).
-const chatStop = "\nUser:"
-
 // accept reads the request body into req (a pointer to a request whose
 // model name is *model), checks the model and that the engine is ready. On
 // failure it writes the error response and returns nil; on success the
@@ -140,7 +136,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("top_logprobs", "top_logprobs requires logprobs to be true."))
 		return
 	}
-	prompt, e := chatPrompt(req.Messages)
+	msgs, e := chatMessages(req.Messages)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -152,11 +148,17 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			j.req.TopLogprobs = *req.TopLogprobs
 		}
 	}
-	j.req.Prompt = b.tok.Encode(prompt)
-	j.req.Stop = append(j.req.Stop, chatStop)
 	param, asked := "max_tokens", req.MaxTokens
 	if req.MaxCompletionTokens != nil { // the newer name wins
 		param, asked = "max_completion_tokens", req.MaxCompletionTokens
+	}
+	reserve, must := b.ctx/4, ""
+	if asked != nil && *asked > 0 {
+		reserve, must = *asked, param
+	}
+	if e := s.chatPromptIDs(b, &j, msgs, req.Truncate == nil || *req.Truncate, reserve, must); e != nil {
+		writeError(w, e)
+		return
 	}
 	if j.req.MaxTokens, e = maxTokens(param, asked, 0, len(j.req.Prompt), b.ctx); e != nil {
 		writeError(w, e)

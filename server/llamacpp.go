@@ -466,12 +466,15 @@ func (s *Server) handleApplyTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release()
-	prompt, e := chatPrompt(req.Messages)
-	if e != nil {
-		writeError(w, e)
-		return
+	msgs, e := chatMessages(req.Messages)
+	if e == nil {
+		var prompt string
+		if prompt, e = b.renderChat(msgs); e == nil {
+			writeJSON(w, http.StatusOK, map[string]string{"prompt": prompt})
+			return
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"prompt": prompt})
+	writeError(w, e)
 }
 
 // slotState is one entry of /slots (and /props' default_generation_settings).
@@ -505,7 +508,7 @@ func (s *Server) handleProps(w http.ResponseWriter, r *http.Request) {
 		"total_slots":                 b.eng.Slots(),
 		"model_path":                  b.info.Path,
 		"model_alias":                 s.opts.ModelID,
-		"chat_template":               b.tmpl,
+		"chat_template":               b.chat.Source(),
 		"modalities":                  map[string]bool{"vision": false, "audio": false},
 		"build_info":                  "grok " + s.opts.Version,
 		"is_sleeping":                 false,

@@ -71,6 +71,9 @@ type ollamaChatRequest struct {
 	Stream   *bool           `json:"stream"`
 	Think    json.RawMessage `json:"think"`
 	Options  *ollamaOptions  `json:"options"`
+	// Truncate (default true) drops the oldest turns of a chat too long
+	// for the context; false refuses it.
+	Truncate *bool `json:"truncate"`
 }
 
 // ollamaChunk is one line of an answer, streamed or whole: the fields of
@@ -247,7 +250,7 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		fail(invalid("suffix", "suffix (fill-in-the-middle) is not supported by this server"))
 		return
 	case req.Template != "":
-		fail(invalid("template", "template is not supported: the server does not evaluate templates; render the prompt yourself and send it with raw: true"))
+		fail(invalid("template", "template is not supported: /api/generate does not apply templates (use /api/chat, which applies the model's chat template, or render the prompt yourself)"))
 		return
 	}
 	if req.Prompt == "" && req.System == "" && len(req.Context) == 0 {
@@ -306,16 +309,16 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 			Message: &ollamaMessage{Role: "assistant"}, Done: true, DoneReason: "load"})
 		return
 	}
-	msgs := make([]chatMessageIn, len(req.Messages))
+	in := make([]chatMessageIn, len(req.Messages))
 	for i, m := range req.Messages {
 		if !isNull(m.Images) && string(m.Images) != "[]" {
 			fail(invalid(fmt.Sprintf("messages[%d].images", i), "images are not supported: this model reads text only"))
 			return
 		}
 		content, _ := json.Marshal(m.Content)
-		msgs[i] = chatMessageIn{Role: m.Role, Content: content}
+		in[i] = chatMessageIn{Role: m.Role, Content: content}
 	}
-	prompt, e := chatPrompt(msgs)
+	msgs, e := chatMessages(in)
 	if e != nil {
 		fail(e)
 		return
@@ -324,8 +327,14 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		fail(e)
 		return
 	}
-	j.req.Prompt = b.tok.Encode(prompt)
-	j.req.Stop = append(j.req.Stop, chatStop)
+	reserve := b.ctx / 4
+	if o := req.Options; o != nil && o.NumPredict != nil && *o.NumPredict > 0 {
+		reserve = *o.NumPredict // cut to what fits, as ollama does
+	}
+	if e := s.chatPromptIDs(b, &j, msgs, req.Truncate == nil || *req.Truncate, reserve, ""); e != nil {
+		fail(e)
+		return
+	}
 	if j.req.MaxTokens, e = ollamaMaxTokens(req.Options, len(j.req.Prompt), b.ctx); e != nil {
 		fail(e)
 		return
@@ -549,7 +558,7 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"modelfile":    fmt.Sprintf("# served by grok\nFROM %s\n", from),
 		"parameters":   "",
-		"template":     b.tmpl,
+		"template":     b.chat.Source(),
 		"details":      entry.Details,
 		"model_info":   info,
 		"capabilities": []string{"completion"},

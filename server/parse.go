@@ -309,40 +309,6 @@ func parsePrompt(raw json.RawMessage) (text string, ids []int, e *apiError) {
 	return "", ids, nil
 }
 
-// chatPrompt validates the messages and renders them with the plain
-// template (see README.md: "Chat template").
-func chatPrompt(msgs []chatMessageIn) (string, *apiError) {
-	if len(msgs) == 0 {
-		return "", invalid("messages", "'messages' must hold at least one message.")
-	}
-	var b strings.Builder
-	for i, m := range msgs {
-		param := fmt.Sprintf("messages[%d]", i)
-		var label string
-		switch m.Role {
-		case "system", "developer":
-			label = "System"
-		case "user":
-			label = "User"
-		case "assistant":
-			label = "Assistant"
-		case "tool", "function":
-			label = "Tool"
-		case "":
-			return "", invalid(param+".role", "Missing 'role' in %s.", param)
-		default:
-			return "", invalid(param+".role", "Invalid role %q in %s: expected system, developer, user, assistant or tool.", m.Role, param)
-		}
-		content, e := messageText(param, m.Content)
-		if e != nil {
-			return "", e
-		}
-		fmt.Fprintf(&b, "%s: %s\n", label, content)
-	}
-	b.WriteString("Assistant:")
-	return b.String(), nil
-}
-
 // messageText reads a message's content: a string, null, or an array of
 // text parts.
 func messageText(param string, raw json.RawMessage) (string, *apiError) {

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/grok-go/grok/chattemplate"
 	"github.com/grok-go/grok/runner"
 )
 
@@ -66,10 +67,13 @@ type Model struct {
 	// Engine runs the requests. It must have a tokenizer. Run closes it
 	// when it shuts down; a caller of Attach closes it itself.
 	Engine *runner.Engine
-	// ChatTemplate is the file's tokenizer.chat_template, if any. The
-	// server does not evaluate Jinja templates; it logs that it uses its
-	// plain template instead.
+	// ChatTemplate is the file's Jinja chat template, if any: chat
+	// requests are rendered with it unless Template is set. A template that
+	// does not parse or render makes Attach fail.
 	ChatTemplate string
+	// Template, when set, renders chat requests instead (--chat-template);
+	// with neither, the plain template does.
+	Template *chattemplate.Template
 	// Info describes the model file for /api/tags, /api/show, /api/ps
 	// and /props. It may be left zero.
 	Info ModelInfo
@@ -99,6 +103,7 @@ type backend struct {
 	ctx    int
 	info   ModelInfo
 	tmpl   string
+	chat   *chattemplate.Template
 	loaded time.Time
 }
 
@@ -155,13 +160,14 @@ func (s *Server) Attach(m Model) error {
 	if err := CheckVocabulary(eng.Model().Config.VocabSize, tok.VocabSize()); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	b := &backend{eng: eng, tok: tok, eos: eng.EOS(), ctx: eng.Context(), info: m.Info, tmpl: m.ChatTemplate, loaded: time.Now()}
-	b.vocab, b.isByte, b.byteOf = vocabTable(tok)
-	if m.ChatTemplate != "" {
-		s.log.Warn("the model file has a chat template (tokenizer.chat_template); it is not evaluated: chat requests use the plain template (System:/User:/Assistant: lines)")
+	chat, err := modelTemplate(m, tok)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
+	b := &backend{eng: eng, tok: tok, eos: eng.EOS(), ctx: eng.Context(), info: m.Info, tmpl: m.ChatTemplate, chat: chat, loaded: time.Now()}
+	b.vocab, b.isByte, b.byteOf = vocabTable(tok)
 	s.be.Store(b)
-	s.log.Info("model ready", "model", s.opts.ModelID, "slots", eng.Slots(), "context", b.ctx)
+	s.log.Info("model ready", "model", s.opts.ModelID, "slots", eng.Slots(), "context", b.ctx, "chat_template", chat.Name())
 	return nil
 }
 
