@@ -23,7 +23,7 @@ import (
 func init() {
 	register(command{
 		name:    "run",
-		usage:   "[-m MODEL] [flags] [PROMPT]  (PROMPT from stdin when absent)",
+		usage:   "[-m MODEL] [flags] [PROMPT]  (without PROMPT: a chat on a terminal, else the prompt from stdin)",
 		summary: "generate text from a prompt, streamed to stdout",
 		run:     runRun,
 	})
@@ -57,7 +57,7 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 		ctx:         fs.Int("c", 0, "context size in tokens (0 = the model's, capped to what fits in memory)"),
 		threads:     fs.Int("t", 0, "threads (0 = all cores)"),
 		ignoreEOS:   fs.Bool("ignore-eos", false, "keep generating after the end-of-sequence token, as runners.py does"),
-		truncate:    fs.Bool("truncate", false, "keep the end of a prompt that does not fit the context instead of failing"),
+		truncate:    fs.Bool("truncate", false, "drop the start of a prompt that leaves no room in the context for -n new tokens (a warning says how many tokens went) instead of failing"),
 	}
 	fs.Var(&g.stop, "stop", "stop string (repeatable)")
 	fs.IntVar(g.n, "n-predict", 128, "same as -n")
@@ -165,6 +165,8 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	quiet := fs.Bool("q", false, "do not print timings to stderr")
 	promptFlag := fs.String("p", "", "the prompt (llama.cpp's spelling; else the arguments, else stdin)")
 	fs.StringVar(promptFlag, "prompt", "", "same as -p")
+	tmplFlag := fs.String("chat-template", "", "for the chat (no PROMPT on a terminal): "+chatTemplateHelp())
+	system := fs.String("system", "", "for the chat: the system message")
 	compat := addLlamaCompat(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -181,6 +183,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		prompt = *promptFlag
 	case len(pos) > 0:
 		prompt = strings.Join(pos, " ")
+	case isTerminal(os.Stdin):
+		// ollama run's way: no prompt on a terminal opens a chat.
+		return startChat(mf, g, fs, *tmplFlag, *system, false, os.Stdin, stdout, stderr)
 	default:
 		b, err := io.ReadAll(os.Stdin)
 		if err != nil {
@@ -206,6 +211,19 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer eng.Close()
+	if *g.truncate {
+		kept, err := truncatePrompt(ids, *g.n, eng.Context(), stderr)
+		if err != nil {
+			return err
+		}
+		if len(kept) < len(ids) {
+			// Show what the model reads, not what it was given.
+			ids = kept
+			if prompt, err = m.Tokenizer.Decode(ids); err != nil {
+				return err
+			}
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()
@@ -257,6 +275,29 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 	}
+}
+
+// truncatePrompt is --truncate: when the prompt and n new tokens (n ≤ 0:
+// until the context is full) do not fit in ctx, it keeps the prompt's end,
+// leaving room for n new tokens but at most half the context, and warns
+// on stderr how many tokens it dropped. A context too small to keep any of
+// the prompt is an error, not an empty prompt.
+func truncatePrompt(ids []int, n, ctx int, stderr io.Writer) ([]int, error) {
+	room := ctx / 2
+	if n > 0 {
+		room = min(n, ctx/2)
+	}
+	room = max(room, 1)
+	if len(ids)+room <= ctx {
+		return ids, nil
+	}
+	keep := ctx - room
+	if keep < 1 {
+		return nil, fmt.Errorf("--truncate: the context of %d tokens is too small to keep any of the prompt and generate; raise -c", ctx)
+	}
+	fmt.Fprintf(stderr, "warning: --truncate: the prompt has %d tokens and the context holds %d: dropped its first %d tokens, keeping the last %d to leave room for %d new ones\n",
+		len(ids), ctx, len(ids)-keep, keep, room)
+	return ids[len(ids)-keep:], nil
 }
 
 func rate(n int, d time.Duration) float64 {

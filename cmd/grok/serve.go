@@ -53,6 +53,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	maxBody := fs.Int64("max-body", 1<<20, "largest request body in bytes (413 beyond)")
 	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "time a client may take to send its request body (408 beyond)")
 	verbose := fs.Bool("v", false, "log every request at debug level")
+	tmplFlag := fs.String("chat-template", "", chatTemplateHelp())
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -137,14 +138,17 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			m.Close()
 			return server.Model{}, err
 		}
-		loaded <- m
-		var tmpl string
-		if m.GGUF != nil {
-			tmpl, _ = m.GGUF.String("tokenizer.chat_template")
+		tmpl, err := modelChatTemplate(m, *tmplFlag)
+		if err != nil {
+			eng.Close()
+			m.Close()
+			return server.Model{}, err
 		}
+		loaded <- m
+		src, _, _ := fileChatTemplate(m)
 		log.Info("model loaded", "path", m.Path, "took", time.Since(start).Round(time.Millisecond),
-			"slots", *parallel, "context", eng.Context())
-		return server.Model{Engine: eng, ChatTemplate: tmpl, Info: modelInfo(m)}, nil
+			"slots", *parallel, "context", eng.Context(), "chat_template", tmpl.Name())
+		return server.Model{Engine: eng, ChatTemplate: src, Template: tmpl, Info: modelInfo(m)}, nil
 	})
 	select {
 	case m := <-loaded:
