@@ -6,12 +6,20 @@ import (
 	"strings"
 
 	"github.com/grok-go/grok/chattemplate"
-	"github.com/grok-go/grok/tokenizer"
 )
+
+// SpecialPieces is what TemplateTokens needs of a tokenizer: the BOS and
+// EOS ids (-1: none) and the text of a piece.
+type SpecialPieces interface {
+	BOS() int
+	EOS() int
+	VocabSize() int
+	Piece(id int) string
+}
 
 // TemplateTokens are the special token texts a chat template is rendered
 // with (bos_token, eos_token): those of the tokenizer's BOS and EOS pieces.
-func TemplateTokens(tok *tokenizer.Tokenizer) chattemplate.Tokens {
+func TemplateTokens(tok SpecialPieces) chattemplate.Tokens {
 	var t chattemplate.Tokens
 	if id := tok.BOS(); id >= 0 && id < tok.VocabSize() {
 		t.BOS = tok.Piece(id)
@@ -26,7 +34,7 @@ func TemplateTokens(tok *tokenizer.Tokenizer) chattemplate.Tokens {
 // Model's Template, else the file's ChatTemplate (a broken one is an error
 // at load, not a silent fallback: prompts in the wrong format give wrong
 // answers), else the plain template.
-func modelTemplate(m Model, tok *tokenizer.Tokenizer) (*chattemplate.Template, error) {
+func modelTemplate(m Model, tok SpecialPieces) (*chattemplate.Template, error) {
 	switch {
 	case m.Template != nil:
 		return m.Template, nil
