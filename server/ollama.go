@@ -446,8 +446,9 @@ type ollamaModelEntry struct {
 	ContextLength int    `json:"context_length,omitempty"`
 }
 
-// parameterSize writes a count as ollama does: "6.4M", "314.0B".
-func parameterSize(n int64) string {
+// ParameterSize writes a parameter count as ollama does and people say it:
+// "6.4M", "314.0B".
+func ParameterSize(n int64) string {
 	switch {
 	case n >= 1e9:
 		return fmt.Sprintf("%.1fB", float64(n)/1e9)
@@ -471,7 +472,7 @@ func (s *Server) ollamaEntry(b *backend) ollamaModelEntry {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d\x00%d", s.opts.ModelID, in.Path, in.SizeBytes, in.ModifiedAt.UnixNano()))
 	e := ollamaModelEntry{Name: s.ollamaName(), Model: s.ollamaName(), Size: in.SizeBytes, Digest: hex.EncodeToString(sum[:]),
 		Details: ollamaDetails{Format: format, Family: "grok", Families: []string{"grok"},
-			ParameterSize: parameterSize(in.ParameterCount), QuantizationLevel: in.Quantization}}
+			ParameterSize: ParameterSize(in.ParameterCount), QuantizationLevel: in.Quantization}}
 	if !in.ModifiedAt.IsZero() {
 		e.ModifiedAt = in.ModifiedAt.Format(time.RFC3339Nano)
 	} else {

@@ -12,6 +12,7 @@ import (
 	"github.com/grok-go/grok/internal/sysmem"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/server"
 )
 
 func init() {
@@ -64,7 +65,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	for _, t := range m.Tensors() {
 		params += elements(t.Shape)
 	}
-	fmt.Fprintf(w, "parameters\t%d (%s)\n", params, humanCount(params))
+	fmt.Fprintf(w, "parameters\t%d (%s)\n", params, server.ParameterSize(params))
 	writeMetadata(w, m)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "tensor\ttype\tshape")
@@ -202,19 +203,6 @@ func writeMemory(w io.Writer, m *loader.Model, weights int64, ctx, slots int) er
 	fmt.Fprintf(w, "  KV memory\t%.0f bytes\t%.1f MB\n", kv, kv/1e6)
 	fmt.Fprintf(w, "  total\t%.0f bytes\t%.1f MB (plus the forward pass's workspace)\n", float64(weights)+kv, (float64(weights)+kv)/1e6)
 	return nil
-}
-
-// humanCount writes a parameter count as people say it: 6.4M, 314B.
-func humanCount(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.1fB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1fM", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1fK", float64(n)/1e3)
-	}
-	return fmt.Sprint(n)
 }
 
 // writeMetadata lists a GGUF's key/value metadata in file order, long
