@@ -127,6 +127,7 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	fam := &ks.dot[dotKind(m.Type)]
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
+	wstep := weightOffset(m.Type, fam.E)
 	shards, seg := 1, In
 	scaled := m.Type == tensor.I8
 	if scaled {
@@ -162,7 +163,7 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 		}
 		for t0 := 0; t0 < n; t0 += fam.T {
 			T := min(fam.T, n-t0)
-			kern[T-1].call(wp, rb, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, sc)
+			kern[T-1].callGrid(wp, rb, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, sc, fam.E, wstep)
 			for t := 0; t < T && kt < k1; t++ {
 				xt := x[(t0+t)*In+kt : (t0+t)*In+k1]
 				for r := 0; r < R; r++ {
@@ -193,6 +194,7 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
 	In, Out := m.In, m.Out
 	steps := In / fam.E
+	wstep := weightOffset(m.Type, fam.E)
 	full, one := fam.full[n-1], fam.one[n-1]
 	span := steps // one call a tile: each row front to back
 	if m.Type == tensor.F16 || m.Type == tensor.BF16 {
@@ -203,10 +205,10 @@ func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb i
 		wo := weightOffset(m.Type, s0*fam.E)
 		r0 := lo
 		for ; r0+fam.R <= hi; r0 += fam.R {
-			full.call(&m.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*In, ns, &dst[r0], 4*Out, nil)
+			full.callGrid(&m.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*In, ns, &dst[r0], 4*Out, nil, fam.E, wstep)
 		}
 		for ; r0 < hi; r0++ {
-			one.call(&m.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*In, ns, &dst[r0], 4*Out, nil)
+			one.callGrid(&m.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*In, ns, &dst[r0], 4*Out, nil, fam.E, wstep)
 		}
 	}
 	kt := steps * fam.E
@@ -222,6 +224,24 @@ func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb i
 			dst[t*Out+r] += dotRef(tail[:In-kt], x[t*In+kt:(t+1)*In])
 		}
 	}
+}
+
+// callGrid is call for a run of steps that starts on the dotSpan grid.
+// The kernels that load a step ahead fold a last span of exactly one step
+// into the span before it, so such a span runs as a call of its own, which
+// starts a new span as the grid defines (the 4-row and 1-row kernels then
+// agree, and a row's bits do not depend on the tile it falls in). wstep is
+// the weight bytes of one step of E elements.
+func (k dotKernel) callGrid(w *byte, ldw int, x *float32, ldx, steps int, out *float32, ldo int, scale *float32, E, wstep int) {
+	per := dotSpan / E
+	if steps <= per || steps%per != 1 {
+		k.call(w, ldw, x, ldx, steps, out, ldo, scale)
+		return
+	}
+	k.call(w, ldw, x, ldx, steps-1, out, ldo, scale)
+	last := steps - 1
+	k.call((*byte)(unsafe.Add(unsafe.Pointer(w), last*wstep)), ldw,
+		(*float32)(unsafe.Add(unsafe.Pointer(x), 4*last*E)), ldx, 1, out, ldo, scale)
 }
 
 // hasDotKernels reports whether the kernel sets multiply weights of type t
