@@ -25,6 +25,9 @@ import (
 type Stats struct {
 	Requests, Finished, Cancelled, Rejected int64
 	PromptTokens, GeneratedTokens           int64
+	// CachedTokens counts prompt tokens taken from a slot's KV memory
+	// instead of prefilled (Options.NoPromptCache).
+	CachedTokens int64
 	// Steps counts batched forward calls; BatchRows sums the sequences in
 	// each, so BatchRows/Steps is the mean batch occupancy.
 	Steps, BatchRows int64
@@ -48,7 +51,10 @@ type Engine struct {
 	wake    chan struct{}
 	done    chan struct{}
 
-	slots  []*Stream // loop-owned; nil = free
+	slots []*Stream // loop-owned; nil = free
+	// held[i] is the tokens whose keys and values slot i's memory holds
+	// from its last request, in order (loop-owned).
+	held   [][]int
 	inputs []model.Input
 	rows   []*Stream
 	draws  []draw
@@ -57,6 +63,7 @@ type Engine struct {
 
 	requests, finished, cancelled, rejected atomic.Int64
 	promptTok, genTok, steps, batchRows     atomic.Int64
+	cachedTok                               atomic.Int64
 	forwardNs                               atomic.Int64
 	active                                  atomic.Int64
 }
@@ -102,7 +109,7 @@ func New(lm *model.LanguageModel, tok Tokenizer, opts Options) (*Engine, error) 
 	e := &Engine{
 		lm: lm, tok: tok, mem: mem, opts: opts, eos: c.EOSToken,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
-		slots: make([]*Stream, opts.Slots),
+		slots: make([]*Stream, opts.Slots), held: make([][]int, opts.Slots),
 	}
 	if tok != nil && tok.EOS() >= 0 {
 		e.eos = tok.EOS()
@@ -134,7 +141,8 @@ func (e *Engine) Stats() Stats {
 	return Stats{
 		Requests: e.requests.Load(), Finished: e.finished.Load(), Cancelled: e.cancelled.Load(),
 		Rejected: e.rejected.Load(), PromptTokens: e.promptTok.Load(), GeneratedTokens: e.genTok.Load(),
-		Steps: e.steps.Load(), BatchRows: e.batchRows.Load(), ForwardTime: time.Duration(e.forwardNs.Load()),
+		CachedTokens: e.cachedTok.Load(),
+		Steps:        e.steps.Load(), BatchRows: e.batchRows.Load(), ForwardTime: time.Duration(e.forwardNs.Load()),
 		Queued: q, Active: int(e.active.Load()), Slots: e.opts.Slots,
 	}
 }
@@ -251,15 +259,17 @@ func (e *Engine) loop() {
 		closed := e.closed
 		e.pruneWaiting()
 		var admit []*Stream
-		for i := range e.slots {
-			if e.slots[i] == nil && len(e.waiting) > 0 && !closed {
-				s := e.waiting[0]
-				e.waiting[0] = nil
-				e.waiting = e.waiting[1:]
-				s.slot = i
-				e.slots[i] = s
-				admit = append(admit, s)
+		for len(e.waiting) > 0 && !closed {
+			s := e.waiting[0]
+			i := e.pickSlot(s.req.Prompt)
+			if i < 0 {
+				break
 			}
+			e.waiting[0] = nil
+			e.waiting = e.waiting[1:]
+			s.slot = i
+			e.slots[i] = s
+			admit = append(admit, s)
 		}
 		if closed {
 			for _, s := range e.waiting {
@@ -270,7 +280,7 @@ func (e *Engine) loop() {
 		e.mu.Unlock()
 		now := time.Now()
 		for _, s := range admit {
-			e.mem.Reset(s.slot)
+			e.reuse(s)
 			s.started = now
 			s.usage.Queued = now.Sub(s.submitted)
 			e.active.Add(1)
@@ -466,8 +476,67 @@ func (e *Engine) flush(s *Stream) {
 	}
 }
 
-// finish ends an admitted request and frees its slot.
+// pickSlot returns the free slot for a prompt: the one whose held tokens
+// share the longest prefix with it (the first free one without the cache),
+// or -1 if none is free.
+func (e *Engine) pickSlot(prompt []int) int {
+	best, bestLen := -1, -1
+	for i, s := range e.slots {
+		if s != nil {
+			continue
+		}
+		n := 0
+		if !e.opts.NoPromptCache {
+			n = commonPrefix(e.held[i], prompt)
+		}
+		if n > bestLen {
+			best, bestLen = i, n
+		}
+	}
+	return best
+}
+
+// reuse prepares an admitted request's slot: its memory keeps the longest
+// prefix of the prompt it already holds, less one token, since the last
+// prompt token must be fed to get the logits of the first new one.
+func (e *Engine) reuse(s *Stream) {
+	n := 0
+	if !e.opts.NoPromptCache {
+		n = min(commonPrefix(e.held[s.slot], s.req.Prompt), len(s.req.Prompt)-1)
+	}
+	e.held[s.slot] = e.held[s.slot][:0]
+	if n <= 0 {
+		e.mem.Reset(s.slot)
+		return
+	}
+	if err := e.mem.Truncate(s.slot, n); err != nil {
+		e.mem.Reset(s.slot) // unreachable: n ≤ the rows held
+		return
+	}
+	s.fed = n
+	s.usage.CachedTokens = n
+	e.cachedTok.Add(int64(n))
+}
+
+func commonPrefix(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// finish ends an admitted request and frees its slot, remembering the
+// tokens its memory holds: the prompt, then each generated token that was
+// fed back (all but the last).
 func (e *Engine) finish(s *Stream, reason string, err error) {
+	if rows := e.mem.Step(s.slot); !e.opts.NoPromptCache && rows > 0 {
+		h := append(e.held[s.slot][:0], s.req.Prompt[:min(rows, len(s.req.Prompt))]...)
+		if rows > len(s.req.Prompt) {
+			h = append(h, s.generated[:rows-len(s.req.Prompt)]...)
+		}
+		e.held[s.slot] = h
+	}
 	e.slots[s.slot] = nil
 	e.active.Add(-1)
 	if !s.firstTok.IsZero() {

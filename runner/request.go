@@ -25,6 +25,12 @@ type Options struct {
 	// MaxQueue bounds the requests waiting for a slot (default 64); Submit
 	// returns ErrQueueFull beyond it.
 	MaxQueue int
+	// NoPromptCache turns off the reuse of a slot's KV memory: by default a
+	// request goes to the free slot whose remembered tokens share the
+	// longest prefix with its prompt, and only the rest of the prompt is
+	// prefilled (llama.cpp's cache_prompt). The logits are the same bits
+	// either way, since incremental decoding equals one full pass.
+	NoPromptCache bool
 	// PrefillChunk caps the prompt tokens one sequence feeds per step, so a
 	// long prompt does not stall the others' decoding (default 256).
 	PrefillChunk int
@@ -101,8 +107,11 @@ type TokenInfo struct {
 // Usage counts a request's tokens and times its phases.
 type Usage struct {
 	PromptTokens, CompletionTokens int
-	Truncated                      int           // prompt tokens dropped by TruncatePrompt
-	Queued, Prefill, Decode        time.Duration // waiting, prompt until first token, after it
+	Truncated                      int // prompt tokens dropped by TruncatePrompt
+	// CachedTokens is the prompt's first tokens found in the slot's KV
+	// memory from an earlier request and not prefilled again.
+	CachedTokens            int
+	Queued, Prefill, Decode time.Duration // waiting, prompt until first token, after it
 }
 
 // Event is what a Stream delivers: newly released text and the tokens of one

@@ -75,9 +75,16 @@ type chatMessageIn struct {
 
 // usage is OpenAI's CompletionUsage.
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// promptTokensDetails is OpenAI's breakdown of the prompt tokens: those
+// found in the KV memory from an earlier request (the prompt cache).
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // nullUsage is what a stream chunk carries in "usage" when the client asked

@@ -106,7 +106,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, b *backend, j 
 	s.log.Info("request done", "id", g.id, "finish", last.Finish, "prompt_tokens", u.PromptTokens,
 		"completion_tokens", u.CompletionTokens, "queued", u.Queued.Round(time.Millisecond),
 		"ttft", ttft.Round(time.Millisecond), "total", time.Since(arrived).Round(time.Millisecond))
-	us := &usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	us := &usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens,
+		PromptTokensDetails: &promptTokensDetails{CachedTokens: u.CachedTokens}}
 	if out != nil {
 		if fail != nil {
 			out.fail(fail)
