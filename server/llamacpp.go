@@ -36,7 +36,7 @@ type llamaCompletionRequest struct {
 	NProbs            int             `json:"n_probs"`
 	Stream            bool            `json:"stream"`
 	ReturnTokens      bool            `json:"return_tokens"`
-	CachePrompt       *bool           `json:"cache_prompt"` // accepted: there is no prompt cache to reuse
+	CachePrompt       *bool           `json:"cache_prompt"` // accepted: the engine's slot prompt cache is always on
 	TypicalP          *float64        `json:"typical_p"`
 	Mirostat          int             `json:"mirostat"`
 	Grammar           string          `json:"grammar"`

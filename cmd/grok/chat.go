@@ -597,8 +597,8 @@ func (c *chatSession) encode(prompt string) []int {
 }
 
 // reply answers the user's message. The whole conversation is rendered
-// and prefilled again each turn (the runner keeps no slot between
-// requests). A conversation that no longer fits loses its oldest turns,
+// each turn; the runner's prompt cache finds the earlier turns in the
+// slot's KV memory, so only the new tokens are prefilled. A conversation that no longer fits loses its oldest turns,
 // for good, with a note on stderr; an answer cut short by Ctrl-C stays in
 // the history as far as it went, so that user and assistant turns still
 // alternate.
