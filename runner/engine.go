@@ -68,6 +68,36 @@ type Engine struct {
 	active                                  atomic.Int64
 }
 
+// FitContext returns the rows per slot New gives slots slots of c when asked
+// for context (0: the default, see Options.Context) under memoryLimit (0:
+// the memory the system has available), or the error New fails with.
+func FitContext(c *model.Config, slots, context int, memoryLimit int64) (int, error) {
+	if context > c.SequenceLen {
+		return 0, fmt.Errorf("runner: context %d exceeds the model's sequence_len %d", context, c.SequenceLen)
+	}
+	limit, known := float64(memoryLimit), memoryLimit > 0
+	if !known {
+		var avail int64
+		avail, known = sysmem.Available()
+		limit = float64(avail)
+	}
+	if context > 0 {
+		if need := model.KVMemoryBytes(c, slots, context); known && need > limit {
+			return 0, &MemoryError{Slots: slots, Context: context, Need: need, Available: limit}
+		}
+		return context, nil
+	}
+	context = c.SequenceLen
+	if known {
+		// Half: the mapped weights and the workspace need the rest.
+		context = min(context, model.MaxKVContext(c, slots, limit/2))
+	}
+	if context < 1 {
+		return 0, &MemoryError{Slots: slots, Context: 1, Need: model.KVMemoryBytes(c, slots, 1), Available: limit / 2}
+	}
+	return context, nil
+}
+
 // New starts an engine for lm. tok may be nil, in which case events carry
 // tokens but no text, and stop strings are not supported.
 func New(lm *model.LanguageModel, tok Tokenizer, opts Options) (*Engine, error) {
@@ -75,26 +105,9 @@ func New(lm *model.LanguageModel, tok Tokenizer, opts Options) (*Engine, error) 
 	if opts.Slots <= 0 {
 		opts.Slots = 1
 	}
-	if opts.Context > c.SequenceLen {
-		return nil, fmt.Errorf("runner: context %d exceeds the model's sequence_len %d", opts.Context, c.SequenceLen)
-	}
-	limit, known := float64(opts.MemoryLimit), opts.MemoryLimit > 0
-	if !known {
-		var avail int64
-		avail, known = sysmem.Available()
-		limit = float64(avail)
-	}
-	if opts.Context <= 0 {
-		opts.Context = c.SequenceLen
-		if known {
-			// Half: the mapped weights and the workspace need the rest.
-			opts.Context = min(opts.Context, model.MaxKVContext(c, opts.Slots, limit/2))
-		}
-		if opts.Context < 1 {
-			return nil, &MemoryError{Slots: opts.Slots, Context: 1, Need: model.KVMemoryBytes(c, opts.Slots, 1), Available: limit / 2}
-		}
-	} else if need := model.KVMemoryBytes(c, opts.Slots, opts.Context); known && need > limit {
-		return nil, &MemoryError{Slots: opts.Slots, Context: opts.Context, Need: need, Available: limit}
+	var err error
+	if opts.Context, err = FitContext(c, opts.Slots, opts.Context, opts.MemoryLimit); err != nil {
+		return nil, err
 	}
 	if opts.MaxQueue <= 0 {
 		opts.MaxQueue = 64

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/grok-go/grok/internal/sysmem"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/runner"
 	"github.com/grok-go/grok/server"
 )
 
@@ -178,17 +178,15 @@ func writeMemory(w io.Writer, m *loader.Model, weights int64, ctx, slots int) er
 		return fmt.Errorf("context %d exceeds the model's sequence_len %d", ctx, c.SequenceLen)
 	}
 	if ctx == 0 {
-		ctx = c.SequenceLen
-		if avail, ok := sysmem.Available(); ok {
-			// As runner.New: the KV memory may take half of what is free.
-			if fit := model.MaxKVContext(c, slots, float64(avail)/2); fit < ctx {
-				ctx = fit
-				note = fmt.Sprintf(" (capped from sequence_len %d to fit half of the %.1f MB available)", c.SequenceLen, float64(avail)/1e6)
-			}
-		}
-		if ctx < 1 {
+		// The default a run gets (runner.New); an explicit -c is shown as asked.
+		fit, err := runner.FitContext(c, slots, 0, 0)
+		if err != nil {
 			return fmt.Errorf("not even one row of KV memory for %d slots fits in half of the available memory", slots)
 		}
+		if fit < c.SequenceLen {
+			note = fmt.Sprintf(" (capped from sequence_len %d to fit half of the available memory)", c.SequenceLen)
+		}
+		ctx = fit
 	}
 	kv := model.KVMemoryBytes(c, slots, ctx)
 	heap := int64(0)
