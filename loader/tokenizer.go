@@ -11,28 +11,9 @@ import (
 	"github.com/grok-go/grok/tokenizer"
 )
 
-// Tokenizer is what the runner, the server and the CLI use of a model's
-// tokenizer, whichever kind it is: Grok-1's SentencePiece (SentencePiece)
-// or Grok-2's byte-level BPE (BPE). runner.Tokenizer has the same methods,
-// so a Tokenizer is assignable to it.
-type Tokenizer interface {
-	// Encode turns text into ids, as the model's reference servers do.
-	Encode(text string) []int
-	// Decode turns ids into text; an id no token has is an error.
-	Decode(ids []int) (string, error)
-	// NewTextDecoder returns a streaming decoder at the start of a text.
-	NewTextDecoder() tokenizer.TextDecoder
-	// VocabSize is one more than the largest id.
-	VocabSize() int
-	// BOS is the id a document starts with (-1 if none).
-	BOS() int
-	// EOS is the id that ends a document (-1 if none).
-	EOS() int
-	// Piece is the token's vocabulary entry, for display (server/vocab.go):
-	// SentencePiece's piece, or a BPE token's text ("<0xNN>" for a single
-	// byte that is not UTF-8 by itself, as SentencePiece's byte pieces).
-	Piece(id int) string
-}
+// Tokenizer is tokenizer.Interface: Grok-1's SentencePiece (SentencePiece)
+// or Grok-2's byte-level BPE (BPE), as the runner, server and CLI use it.
+type Tokenizer = tokenizer.Interface
 
 // SentencePiece is Grok-1's tokenizer as a Tokenizer.
 type SentencePiece struct{ *tokenizer.Tokenizer }

@@ -728,6 +728,28 @@ func (d *BPEStreamDecoder) Flush() string {
 // Reset makes d ready to decode a new text.
 func (d *BPEStreamDecoder) Reset() { d.st = decoderState{pending: d.st.pending[:0]} }
 
+// Interface is what the runner, the server and the CLI use of a model's
+// tokenizer, whichever kind it is: Grok-1's SentencePiece or Grok-2's
+// byte-level BPE (wrapped as loader.SentencePiece and loader.BPE).
+type Interface interface {
+	// Encode turns text into ids, as the model's reference servers do.
+	Encode(text string) []int
+	// Decode turns ids into text; an id no token has is an error.
+	Decode(ids []int) (string, error)
+	// NewTextDecoder returns a streaming decoder at the start of a text.
+	NewTextDecoder() TextDecoder
+	// VocabSize is one more than the largest id.
+	VocabSize() int
+	// BOS is the id a document starts with (-1 if none).
+	BOS() int
+	// EOS is the id that ends a document (-1 if none).
+	EOS() int
+	// Piece is the token's vocabulary entry, for display (server/vocab.go):
+	// SentencePiece's piece, or a BPE token's text ("<0xNN>" for a single
+	// byte that is not UTF-8 by itself, as SentencePiece's byte pieces).
+	Piece(id int) string
+}
+
 // TextDecoder is the streaming decoder of either tokenizer: the
 // SentencePiece Tokenizer's StreamDecoder and the BPE's BPEStreamDecoder
 // both have it, so a runner can stream with either.

@@ -9,7 +9,6 @@ import (
 	"os"
 
 	"github.com/grok-go/grok/loader"
-	"github.com/grok-go/grok/runner"
 )
 
 func init() {
@@ -26,9 +25,6 @@ func init() {
 		run:     func(a []string, o, e io.Writer) error { return runTokenize(a, os.Stdin, o, e, true) },
 	})
 }
-
-// A loaded model's tokenizer is what the engine takes.
-var _ runner.Tokenizer = loader.Tokenizer(nil)
 
 func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer, decode bool) error {
 	name := "tokenize"
