@@ -166,14 +166,11 @@ func runChat(args []string, stdout, stderr io.Writer) error {
 // stops the answer being written, not the REPL.
 func startChat(mf *modelFlags, g *genFlags, fs *flag.FlagSet, tmplFlag, system string, verbose bool, in io.Reader, stdout, stderr io.Writer) error {
 	setThreads(*g.threads)
-	m, err := openModelOrDefault(mf, stderr)
+	m, err := openTextModel(mf, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	if m.Tokenizer == nil {
-		return errors.New("the model has no tokenizer: pass --tokenizer tokenizer.model")
-	}
 	tmpl, err := modelChatTemplate(m, tmplFlag)
 	if err != nil {
 		return err

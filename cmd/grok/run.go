@@ -147,6 +147,17 @@ func newEngine(m *loader.Model, o runner.Options, ctxFlag string, note func(stri
 	return eng, nil
 }
 
+// openTextModel is openModelOrDefault for the commands that need text: a
+// model without a tokenizer is closed and refused.
+func openTextModel(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
+	m, err := openModelOrDefault(mf, stderr)
+	if err == nil && m.Tokenizer == nil {
+		m.Close()
+		err = errors.New("the model has no tokenizer: pass --tokenizer tokenizer.model")
+	}
+	return m, err
+}
+
 // isTerminal reports whether w is a character device (a terminal).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
@@ -194,14 +205,11 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		prompt = strings.TrimSuffix(string(b), "\n")
 	}
 	setThreads(*g.threads)
-	m, err := openModelOrDefault(mf, stderr)
+	m, err := openTextModel(mf, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	if m.Tokenizer == nil {
-		return errors.New("the model has no tokenizer: pass --tokenizer tokenizer.model")
-	}
 	ids := m.Tokenizer.Encode(prompt)
 	if len(ids) == 0 {
 		return usagef("the prompt is empty")

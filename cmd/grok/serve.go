@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -124,13 +123,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	loaded := make(chan *loader.Model, 1)
 	err = srv.Run(ctx, ln, func() (server.Model, error) {
 		start := time.Now()
-		m, err := openModelOrDefault(mf, stderr)
+		m, err := openTextModel(mf, stderr)
 		if err != nil {
 			return server.Model{}, err
-		}
-		if m.Tokenizer == nil {
-			m.Close()
-			return server.Model{}, errors.New("the model has no tokenizer: pass --tokenizer tokenizer.model")
 		}
 		eng, err := newEngine(m, runner.Options{Slots: *parallel, Context: *ctxLen, MaxQueue: *queue}, "--ctx (or fewer --parallel slots)",
 			func(msg string) { log.Warn(msg) })
