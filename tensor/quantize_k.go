@@ -22,20 +22,24 @@ func nearestInt(fval float32) int {
 // float32.
 func sqrtf(f float32) float32 { return float32(math.Sqrt(float64(f))) }
 
+// signedMax returns the element of largest magnitude (the first of ties)
+// and that magnitude: where make_qx_quants and make_q3_quants start.
+func signedMax(x []float32) (maxv, amax float32) {
+	for _, v := range x {
+		if ax := fabsf(v); ax > amax {
+			amax, maxv = ax, v
+		}
+	}
+	return maxv, amax
+}
+
 // makeQXQuants is make_qx_quants with no importance weights: the symmetric
 // search over 19 scales near -nmax/max that maximises sumlx²/suml2 under the
 // weighting chosen by rmseType. L receives values in [0, 2*nmax).
 func makeQXQuants(n, nmax int, x []float32, L []int8, rmseType int) float32 {
-	var maxv, amax float32
-	for i := 0; i < n; i++ {
-		if ax := fabsf(x[i]); ax > amax {
-			amax, maxv = ax, x[i]
-		}
-	}
+	maxv, amax := signedMax(x[:n])
 	if amax < groupMaxEps {
-		for i := 0; i < n; i++ {
-			L[i] = 0
-		}
+		clear(L[:n])
 		return 0
 	}
 	iscale := float32(-nmax) / maxv
@@ -110,16 +114,9 @@ func makeQXQuants(n, nmax int, x []float32, L []int8, rmseType int) float32 {
 // up to five passes moving single elements to the level that improves the
 // x²-weighted fit. L receives values in [0, 2*nmax).
 func makeQ3Quants(n, nmax int, x []float32, L []int8) float32 {
-	var maxv, amax float32
-	for i := 0; i < n; i++ {
-		if ax := fabsf(x[i]); ax > amax {
-			amax, maxv = ax, x[i]
-		}
-	}
+	maxv, amax := signedMax(x[:n])
 	if amax < groupMaxEps {
-		for i := 0; i < n; i++ {
-			L[i] = 0
-		}
+		clear(L[:n])
 		return 0
 	}
 	iscale := float32(-nmax) / maxv
