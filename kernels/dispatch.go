@@ -159,6 +159,10 @@ type kernelSet struct {
 	// for decode (dequantMatMul); a family without kernels (or a nil
 	// table) leaves the type to the two-pass path.
 	fused *[numDQ]dotFamily
+	// fmaPeak runs n iterations of peakChains register-only FMAs of
+	// lanes float32 lanes each (FMAPeak).
+	fmaPeak func(n int)
+	lanes   int
 }
 
 // active is the kernel set in use; nil means the pure-Go reference.

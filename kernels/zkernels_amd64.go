@@ -572,6 +572,9 @@ func fusedIQ4_XS_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedIQ4_XS_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// fmaPeak_AVX2 runs n iterations of 12 independent 8-lane FMAs on registers only.
+func fmaPeak_AVX2(n int)
+
 // quantQ8_AVX512 quantises n blocks of 32 float32s at x to int8 quants at xq (32 bytes a block), scales at dx (8 copies a block) and -128·(sum of each 4 quants) at cr (8 a block).
 //
 //go:noescape
@@ -1936,6 +1939,9 @@ func fusedIQ4_XS_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //
 //go:noescape
 func fusedIQ4_XS_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fmaPeak_AVX512 runs n iterations of 12 independent 16-lane FMAs on registers only.
+func fmaPeak_AVX512(n int)
 
 // intQ8_2x1_AVXVNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //

@@ -1374,6 +1374,8 @@ var fusedAVX2 = [numDQ]dotFamily{
 	dqIQ4_XS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX2, k_fusedIQ4_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX2, k_fusedIQ4_XS_1x2_AVX2}},
 }
 
+var fmaPeakAVX2 = fmaPeak_AVX2
+
 const quantAVX512 = k_quantQ8_AVX512
 
 var dotAVX512 = [...]dotFamily{
@@ -1425,6 +1427,8 @@ var fusedAVX512 = [numDQ]dotFamily{
 	dqIQ4_NL: {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_4x3_AVX512, k_fusedIQ4_NL_4x4_AVX512, k_fusedIQ4_NL_4x5_AVX512, k_fusedIQ4_NL_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512, k_fusedIQ4_NL_1x5_AVX512, k_fusedIQ4_NL_1x6_AVX512}},
 	dqIQ4_XS: {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_4x3_AVX512, k_fusedIQ4_XS_4x4_AVX512, k_fusedIQ4_XS_4x5_AVX512, k_fusedIQ4_XS_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512, k_fusedIQ4_XS_1x5_AVX512, k_fusedIQ4_XS_1x6_AVX512}},
 }
+
+var fmaPeakAVX512 = fmaPeak_AVX512
 
 var intAVXVNNI = [...]intFamily{
 	ikQ8: {R: 2, T: 3, B: 1, full: []intKernel{k_intQ8_2x1_AVXVNNI, k_intQ8_2x2_AVXVNNI, k_intQ8_2x3_AVXVNNI}, one: []intKernel{k_intQ8_1x1_AVXVNNI, k_intQ8_1x2_AVXVNNI, k_intQ8_1x3_AVXVNNI}},

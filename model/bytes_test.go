@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/grok-go/grok/internal/testmodel"
@@ -44,5 +45,31 @@ func TestDecodeStepBytesGrok2(t *testing.T) {
 	L, D, Fd := int64(c.NumLayers), int64(c.EmbSize), int64(c.DenseFFNSize)
 	if want := L * 3 * D * Fd * 4; b.DenseMLP != want || b.Total != b1.Total+want {
 		t.Errorf("dense MLP %d bytes (want %d), total %d (want %d)", b.DenseMLP, want, b.Total, b1.Total+want)
+	}
+}
+
+// PrefillFLOPs, from the config alone: 2 per multiply-add of every product
+// a token runs, its attention over (p+1)/2 positions on average, and the
+// unembedding once per prefill.
+func TestPrefillFLOPs(t *testing.T) {
+	for _, g2 := range []bool{false, true} {
+		c := testmodel.SmallConfig()
+		if g2 {
+			c = testmodel.SmallGrok2Config()
+		}
+		lm := mustModel(t, c, testmodel.Random(c, 1))
+		L, D, V, F := float64(c.NumLayers), float64(c.EmbSize), float64(c.VocabSize), float64(c.FFNSize)
+		qd, kd := float64(c.NumQHeads*c.KeySize), float64(c.NumKVHeads*c.KeySize)
+		k, E, Fd := float64(c.NumSelectedExperts), float64(c.NumExperts), float64(c.DenseFFNSize)
+		for _, p := range []int{1, 7, 128} {
+			attn := 2 * qd * float64(p+1) / 2
+			want := 2 * (L*(D*(2*qd+2*kd)+attn+E*D+k*3*D*F+3*D*Fd) + V*D/float64(p))
+			if got := lm.PrefillFLOPs(p); math.Abs(got-want) > 1e-9*want {
+				t.Errorf("grok2=%v p=%d: %v FLOP/token, want %v", g2, p, got, want)
+			}
+		}
+		if got := lm.PrefillFLOPs(0); got != 0 {
+			t.Errorf("PrefillFLOPs(0) = %v", got)
+		}
 	}
 }

@@ -85,6 +85,12 @@ type benchResult struct {
 	CopyGBs       float64 `json:"copy_gb_s"`
 	TriadGBs      float64 `json:"triad_gb_s"`
 	RooflineRatio float64 `json:"roofline_ratio"` // achieved / bandwidth
+	// The prefill's float32 work against the FMA peak of the same threads
+	// in the same run (peak.go): what exact-precision prefill can reach.
+	PrefillGFLOPToken float64 `json:"prefill_gflop_per_token"`
+	PrefillGFLOPs     float64 `json:"prefill_gflop_s"`
+	FMAPeakGFLOPs     float64 `json:"fma_peak_gflop_s"`
+	PrefillPeakRatio  float64 `json:"prefill_peak_ratio"`
 	// PairedRatio is the median over reps of each rep's decode GB/s over
 	// the best read pass next to it: steadier than RooflineRatio when other
 	// processes load the machine unevenly.
@@ -249,6 +255,7 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	meter := newReadMeter(pool, o.bwMB<<20)
 	defer meter.free()
 	bwPrev := meter.best(2)
+	peak := fmaPeakGFLOPs(pool, 3)
 
 	// Warm-up: touches every weight page once (the first pass over a mapped
 	// file pays its page faults) and sizes the workspace.
@@ -301,6 +308,7 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	if o.cpuProfile != "" {
 		meter.best(2)
 	}
+	peak = max(peak, fmaPeakGFLOPs(pool, 3))
 	meter.crossCheck(2)
 	if meter.broken {
 		return errors.New("bench: the bandwidth probe's sums came out wrong (a lost range in the pool)")
@@ -314,6 +322,12 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	res.RSSRunMB = rssMB()
 	res.PrefillTokS = median(res.PrefillRuns)
 	res.DecodeTokS = median(res.DecodeRuns)
+	res.PrefillGFLOPToken = lm.PrefillFLOPs(o.p) / 1e9
+	res.PrefillGFLOPs = res.PrefillGFLOPToken * res.PrefillTokS
+	res.FMAPeakGFLOPs = peak
+	if peak > 0 {
+		res.PrefillPeakRatio = res.PrefillGFLOPs / peak
+	}
 	res.DecodeAllocs = float64(allocs) / float64(o.reps*B*o.n)
 	if B == 1 {
 		res.AchievedGBs = float64(res.BytesPerToken) * res.DecodeTokS / 1e9
@@ -384,6 +398,8 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 		of = fmt.Sprintf(" × %d sequences together (aggregate)", r.Batch)
 	}
 	fmt.Fprintf(w, "prefill   %d tokens%s: %.1f tok/s (median of %d: %s)\n", r.Prompt, of, r.PrefillTokS, r.Reps, runsList(r.PrefillRuns))
+	fmt.Fprintf(w, "compute   prefill %.1f GFLOP/s (%.3f GFLOP a token) / float32 FMA peak %.1f GFLOP/s (register-only FMAs, same threads, same run) = %.2f\n",
+		r.PrefillGFLOPs, r.PrefillGFLOPToken, r.FMAPeakGFLOPs, r.PrefillPeakRatio)
 	fmt.Fprintf(w, "decode    %d tokens%s: %.2f tok/s (median of %d: %s), %.2f allocations/token\n", r.Gen, of, r.DecodeTokS, r.Reps, runsList(r.DecodeRuns), r.DecodeAllocs)
 	b := r.Bytes
 	fmt.Fprintf(w, "bytes     %s read per decoded token: attention %s, %d of %d experts/layer %s, router %s, norms %s, unembedding %s, embedding row %s\n",

@@ -129,6 +129,7 @@ func main() {
 
 		genDequantTable(&tb, a)
 		genFusedTable(&tb, a)
+		fmt.Fprintf(&tb, "\nvar fmaPeak%s = %s\n", a.name, genFMAPeak(a))
 	}
 	genIntFamily(&tb, avxvnni)
 	Generate()

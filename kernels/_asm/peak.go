@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// peakChains is the number of independent FMA chains of the peak loop: more
+// than latency × FMA ports on the cores we meet (4 × 2), so the loop is
+// bound by issue, not by a dependency.
+const peakChains = 12
+
+// genFMAPeak emits fmaPeak_<arch>(n): n iterations of peakChains
+// register-only FMAs, the float32 FMA peak that `grok bench` compares
+// prefill with (kernels.FMAPeak).
+func genFMAPeak(a arch) string {
+	name := "fmaPeak_" + a.name
+	TEXT(name, NOSPLIT, "func(n int)")
+	Doc(fmt.Sprintf("%s runs n iterations of %d independent %d-lane FMAs on registers only.", name, peakChains, a.V))
+	n := Load(Param("n"), GP64())
+	x, y := a.vec(), a.vec()
+	a.zero(x)
+	a.zero(y)
+	acc := make([]VecVirtual, peakChains)
+	for i := range acc {
+		acc[i] = a.vec()
+		a.zero(acc[i])
+	}
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	for _, r := range acc {
+		VFMADD231PS(x, y, r)
+	}
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	// Keep the chains live to the end so that no pass drops them.
+	for _, r := range acc[1:] {
+		VADDPS(r, acc[0], acc[0])
+	}
+	VZEROUPPER()
+	RET()
+	return name
+}

@@ -1,0 +1,35 @@
+package kernels
+
+// peakChains is the number of independent FMA chains of the peak loop (the
+// generator's constant of the same name).
+const peakChains = 12
+
+// FMAPeak runs iters iterations of a register-only loop of independent
+// float32 fused multiply-adds on the calling goroutine, at the widest
+// vector width of the active kernels, and returns the floating-point
+// operations it performed (2 per lane per FMA). Timed on every thread at
+// once, it is the float32 peak that an exact-precision prefill is judged
+// against: no memory access, no dependency chain longer than the FMA's
+// latency. Under the pure-Go kernels it runs a scalar loop of the same
+// shape, which measures Go's scalar code, not the machine.
+func FMAPeak(iters int) (flops float64) {
+	if iters <= 0 {
+		return 0
+	}
+	if s := active; s != nil && s.fmaPeak != nil {
+		s.fmaPeak(iters)
+		return float64(iters) * peakChains * float64(s.lanes) * 2
+	}
+	var a [peakChains]float32
+	x, y := float32(1e-3), float32(0.5)
+	for range iters {
+		for j := range a {
+			a[j] = a[j]*y + x
+		}
+	}
+	peakSink = a[0]
+	return float64(iters) * peakChains * 2
+}
+
+// peakSink keeps the pure-Go loop's result alive.
+var peakSink float32
