@@ -1,6 +1,9 @@
 package kernels
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestFMAPeakCounts checks the FLOP count of every level and that the loop
 // returns (no count for a loop that runs no iterations).
@@ -19,4 +22,17 @@ func TestFMAPeakCounts(t *testing.T) {
 		}
 		restore()
 	}
+}
+
+// BenchmarkFMAPeak is the one-thread float32 FMA peak that BenchmarkGEMM's
+// GFLOP/s compare with.
+func BenchmarkFMAPeak(b *testing.B) {
+	benchLevels(b, func(b *testing.B) {
+		var flops float64
+		start := time.Now()
+		for b.Loop() {
+			flops += FMAPeak(1 << 16)
+		}
+		b.ReportMetric(flops/time.Since(start).Seconds()/1e9, "GFLOP/s")
+	})
 }
