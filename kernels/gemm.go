@@ -126,7 +126,7 @@ func forTiles(n, T, lo, hi, Rmax, shards, seg, c int, unit func(s, c0, c1, r0, R
 func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	fam := &ks.dot[dotKind(m.Type)]
 	In, Out := m.In, m.Out
-	rb, _ := m.Type.RowBytes(In)
+	rb := m.stride()
 	wstep := weightOffset(m.Type, fam.E)
 	shards, seg := 1, In
 	scaled := m.Type == tensor.I8
@@ -217,7 +217,7 @@ func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb i
 	}
 	var tail [64]float32 // decoded weights past the last whole step
 	for r := lo; r < hi; r++ {
-		if err := tensor.DecodeRow(tail[:In-kt], m.Type, m.Data[r*rb+weightOffset(m.Type, kt):(r+1)*rb]); err != nil {
+		if err := tensor.DecodeRow(tail[:In-kt], m.Type, m.Data[r*rb+weightOffset(m.Type, kt):r*rb+m.rowBytes()]); err != nil {
 			panic(err) // unreachable: Validate checked the sizes
 		}
 		for t := 0; t < n; t++ {
@@ -265,7 +265,7 @@ func hasDotKernels(t tensor.DType) bool {
 // without the scratch (fusedDecode), with the same bits.
 func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	In, Out := m.In, m.Out
-	rb, _ := m.Type.RowBytes(In)
+	rb := m.stride()
 	for t := 0; t < n; t++ {
 		clear(dst[t*Out+lo : t*Out+hi])
 	}
@@ -311,7 +311,7 @@ func fusedDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int) {
 	fam := &ks.dot[wkF32]
 	In, Out := m.In, m.Out
-	rb, _ := m.Type.RowBytes(In)
+	rb := m.stride()
 	c := min(In, dotSpan)
 	wp := getScratch(fam.R * c)
 	defer scratchPool.Put(wp)
@@ -389,7 +389,7 @@ func (ks *kernelSet) intMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	qa := quantizeActs(ks.quant, x, n, m)
 	defer qbufPool.Put(qa)
 	In, Out := m.In, m.Out
-	rb, _ := m.Type.RowBytes(In)
+	rb, rl := m.stride(), m.rowBytes()
 	shards, seg := 1, In
 	scaled := m.Type == tensor.I8
 	if scaled {
@@ -421,7 +421,7 @@ func (ks *kernelSet) intMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 				xq, dx := qa.token(t0 + t)
 				for r := 0; r < R; r++ {
 					var v float32
-					row := m.Data[(r0+r)*rb : (r0+r+1)*rb]
+					row := m.Data[(r0+r)*rb : (r0+r)*rb+rl]
 					for b := bt; b < b1; b++ {
 						qb := s*nbs + b
 						if m.Type == tensor.Q8_0 {
@@ -489,8 +489,8 @@ func (ks *kernelSet) inoutMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 func (ks *kernelSet) inoutAcc(acc []float32, lda int, x []float32, n int, m *Mat, lo, hi, k0, k1 int) {
 	fam := &ks.inout[dotKind(m.Type)]
 	In := m.In
-	rb, _ := m.Type.RowBytes(m.Out)
-	esz := rb / m.Out
+	rb := m.stride()
+	esz := m.rowBytes() / m.Out
 	var xp *[]float32
 	if n > 1 {
 		xp = getScratch(fam.T * inoutPiece) // one size: a pooled buffer grows once
@@ -569,10 +569,10 @@ func packGroups(dst []float32, stride int, x []float32, K int) {
 func (ks *kernelSet) inoutTail(dst, x []float32, n int, m *Mat, lo, hi int) {
 	V := ks.inout[dotKind(m.Type)].V
 	c := hi - lo
-	rb, _ := m.Type.RowBytes(m.Out)
-	esz := rb / m.Out
+	rb := m.stride()
+	esz := m.rowBytes() / m.Out
 	tm := *m
-	tm.Out = V
+	tm.Out, tm.Stride = V, 0
 	bp := bytePool.Get().(*[]byte)
 	defer bytePool.Put(bp)
 	if cap(*bp) < m.In*V*esz {

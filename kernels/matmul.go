@@ -36,6 +36,11 @@ import (
 // adds to a dot product is of order 1/254 per term, random in sign: about
 // what model.py's bf16 activations carry (2^-9). F32, F16, BF16 and
 // [in, out] I8 weights always multiply float32 activations.
+//
+// Stride, if not 0, is the bytes from the start of one stored row to the
+// next (0: rows are packed, RowBytes apart). A slice of a larger matrix
+// along the axis its rows run (SliceIn of [out, in], SliceOut of [in, out])
+// is strided: it stays a view into the larger matrix's bytes.
 type Mat struct {
 	Type       tensor.DType
 	Out, In    int
@@ -43,6 +48,30 @@ type Mat struct {
 	Transposed bool
 	Scales     []float32
 	Shards     int
+	Stride     int
+}
+
+// stride returns the bytes from one stored row to the next.
+func (m *Mat) stride() int {
+	if m.Stride != 0 {
+		return m.Stride
+	}
+	rb, _ := m.Type.RowBytes(m.rowLen())
+	return rb
+}
+
+// rowLen is the elements of one stored row: In, or Out when Transposed.
+func (m *Mat) rowLen() int {
+	if m.Transposed {
+		return m.Out
+	}
+	return m.In
+}
+
+// rowBytes is the bytes of one stored row's elements.
+func (m *Mat) rowBytes() int {
+	rb, _ := m.Type.RowBytes(m.rowLen())
+	return rb
 }
 
 // ExactQuant makes Q8_0 and [out, in] I8 products use float32 activations
@@ -68,8 +97,15 @@ func (m *Mat) Validate() error {
 	if err != nil {
 		return err
 	}
-	if len(m.Data) != rows*rb {
-		return fmt.Errorf("kernels: %v matrix %d×%d needs %d bytes, have %d", m.Type, m.Out, m.In, rows*rb, len(m.Data))
+	need := rows * rb
+	if m.Stride != 0 {
+		if m.Stride < rb {
+			return fmt.Errorf("kernels: %v matrix %d×%d: row stride %d is shorter than a row (%d bytes)", m.Type, m.Out, m.In, m.Stride, rb)
+		}
+		need = (rows-1)*m.Stride + rb
+	}
+	if len(m.Data) != need {
+		return fmt.Errorf("kernels: %v matrix %d×%d needs %d bytes, have %d", m.Type, m.Out, m.In, need, len(m.Data))
 	}
 	if m.Transposed && m.Type != tensor.F32 && m.Type != tensor.F16 && m.Type != tensor.BF16 && m.Type != tensor.I8 {
 		return fmt.Errorf("kernels: %v blocks must run along the input axis", m.Type)
@@ -182,8 +218,9 @@ func MatMulBlock(part, x []float32, n int, m *Mat, b int) {
 	k0, k1 := m.blockRange(b)
 	rows := k1 - k0
 	// Unscaled: accumulated straight into part, as an F32 product is.
+	st := m.stride()
 	sub := Mat{Type: tensor.I8, Out: m.Out, In: rows, Transposed: true, Shards: 1,
-		Data: m.Data[k0*m.Out : k1*m.Out]}
+		Data: m.Data[k0*st : (k1-1)*st+m.Out], Stride: m.Stride}
 	xs := x[k0:k1]
 	if n > 1 {
 		p := getScratch(n * rows)

@@ -52,13 +52,13 @@ func matMulRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 		return
 	}
 	In, Out := m.In, m.Out
-	rb, _ := m.Type.RowBytes(In)
+	rb, rl := m.stride(), m.rowBytes()
 	sp := getScratch(In)
 	defer scratchPool.Put(sp)
 	if m.Type == tensor.I8 {
 		blk := In / m.Shards
 		for r := lo; r < hi; r++ {
-			row := rowF32(*sp, tensor.I8, m.Data[r*rb:(r+1)*rb])
+			row := rowF32(*sp, tensor.I8, m.Data[r*rb:r*rb+rl])
 			for i := 0; i < n; i++ {
 				xi := x[i*In : (i+1)*In]
 				var acc float32
@@ -71,7 +71,7 @@ func matMulRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 		return
 	}
 	for r := lo; r < hi; r++ {
-		row := rowF32(*sp, m.Type, m.Data[r*rb:(r+1)*rb])
+		row := rowF32(*sp, m.Type, m.Data[r*rb:r*rb+rl])
 		for i := 0; i < n; i++ {
 			dst[i*Out+r] = Dot(row, x[i*In:(i+1)*In])
 		}
@@ -83,8 +83,8 @@ func matMulRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 func matMulInOutRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 	In, Out := m.In, m.Out
 	w := hi - lo
-	rb, _ := m.Type.RowBytes(Out)
-	esz := rb / Out // bytes per element (no block types in this layout)
+	rb := m.stride()
+	esz := m.rowBytes() / Out // bytes per element (no block types in this layout)
 	rowp := getScratch(w)
 	defer scratchPool.Put(rowp)
 	blocks := 1
@@ -133,9 +133,9 @@ func matMulQuantRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 	qa := quantizeActs(0, x, n, m)
 	defer qbufPool.Put(qa)
 	In, Out := m.In, m.Out
-	rb, _ := m.Type.RowBytes(In)
+	rb, rl := m.stride(), m.rowBytes()
 	for r := lo; r < hi; r++ {
-		row := m.Data[r*rb : (r+1)*rb]
+		row := m.Data[r*rb : r*rb+rl]
 		for t := 0; t < n; t++ {
 			xq, dx := qa.token(t)
 			var v float32
