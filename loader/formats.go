@@ -54,7 +54,7 @@ func openXAI(dir string, opt Options) (*Model, error) {
 		}
 		cfg = p()
 	}
-	lm, err := model.New(cfg, ck)
+	lm, err := newModel(cfg, ck, opt)
 	if err != nil {
 		ck.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
@@ -108,7 +108,7 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 	if math.IsNaN(float64(cfg.AttnLogitCap)) {
 		cfg.AttnLogitCap = 30
 	}
-	lm, err := model.New(cfg, st)
+	lm, err := newModel(cfg, st, opt)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)

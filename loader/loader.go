@@ -13,9 +13,11 @@ import (
 	"os"
 	"strings"
 
+	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/internal/safefile"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/tensor"
 )
 
@@ -27,6 +29,27 @@ type Options struct {
 	Tokenizer string
 	// Preset names the config to use for an xAI checkpoint without config.json.
 	Preset string
+
+	// TP > 1 splits the model into TP shards on the model axis, run in
+	// this process (model.NewTP) on Pool's threads (nil: the default
+	// pool). Comm, if set, instead builds only this rank's shard of a
+	// group (model.NewShard; an MPI rank). Bad shard counts are refused
+	// before any weight is read.
+	TP   int
+	Pool *parallel.Pool
+	Comm comm.Comm
+}
+
+// newModel builds the model of cfg over src as opt asks: whole, split in
+// process, or one rank's shard.
+func newModel(cfg model.Config, src model.TensorSource, opt Options) (*model.LanguageModel, error) {
+	switch {
+	case opt.Comm != nil:
+		return model.NewShard(cfg, src, opt.Comm)
+	case opt.TP > 1 || opt.TP < 0:
+		return model.NewTP(cfg, src, opt.TP, opt.Pool)
+	}
+	return model.New(cfg, src)
 }
 
 // Model is a loaded model: the network, the file it came from and, when the
@@ -59,6 +82,9 @@ func (m *Model) Close() error {
 		errs = append(errs, c.Close())
 	}
 	m.closers = nil
+	if m.LanguageModel != nil {
+		m.LanguageModel.Close() // a sharded model's threads
+	}
 	return errors.Join(errs...)
 }
 
@@ -104,7 +130,7 @@ func openGGUF(path string, opt Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := fromGGUF(f, path)
+	m, err := fromGGUF(f, path, opt)
 	if err == nil && opt.Tokenizer != "" {
 		if m.Tokenizer, err = LoadTokenizer(opt.Tokenizer); err == nil {
 			err = checkVocab(m)
@@ -121,14 +147,20 @@ func openGGUF(path string, opt Options) (*Model, error) {
 // FromGGUFBytes loads a GGUF model held in memory (e.g. embedded in the
 // binary). data must not change while the model is in use.
 func FromGGUFBytes(data []byte, name string) (*Model, error) {
+	return FromGGUFBytesWith(data, name, Options{})
+}
+
+// FromGGUFBytesWith is FromGGUFBytes with options (the tokenizer and
+// preset options do not apply).
+func FromGGUFBytesWith(data []byte, name string, opt Options) (*Model, error) {
 	f, err := gguf.Parse(data)
 	if err != nil {
 		return nil, err
 	}
-	return fromGGUF(f, name)
+	return fromGGUF(f, name, opt)
 }
 
-func fromGGUF(f *gguf.File, path string) (*Model, error) {
+func fromGGUF(f *gguf.File, path string, opt Options) (*Model, error) {
 	cfg, warns, err := configFromGGUF(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -139,7 +171,7 @@ func fromGGUF(f *gguf.File, path string) (*Model, error) {
 	if err := checkCounts(f, &cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	lm, err := model.New(cfg, ggufSource{f})
+	lm, err := newModel(cfg, ggufSource{f}, opt)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

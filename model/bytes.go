@@ -27,8 +27,26 @@ type StepBytes struct {
 // whichever experts the router picks (all experts of a layer have the same
 // type and size). KV-memory reads are activations, not weights, and are not
 // counted (2·layers·Hkv·K·4 bytes per token of context).
+//
+// For NewTP's model it is the sum over the shards (each reads its own
+// slices); for a shard, its own slices.
 func (lm *LanguageModel) DecodeStepBytes() StepBytes {
 	var b StepBytes
+	if lm.tp != nil {
+		for _, s := range lm.tp.shards {
+			sb := s.DecodeStepBytes()
+			b.Attention += sb.Attention
+			b.Router += sb.Router
+			b.Experts += sb.Experts
+			b.DenseMLP += sb.DenseMLP
+			b.Norms += sb.Norms
+			b.Embedding += sb.Embedding
+			b.Unembed += sb.Unembed
+			b.Total += sb.Total
+			b.ExpertsPerLayer = sb.ExpertsPerLayer
+		}
+		return b
+	}
 	c := &lm.Config
 	for i := range lm.Transformer.Layers {
 		d := &lm.Transformer.Layers[i]
@@ -52,15 +70,21 @@ func (lm *LanguageModel) DecodeStepBytes() StepBytes {
 		}
 	}
 	b.Norms += int64(c.EmbSize) * 4
-	b.Embedding = int64(len(lm.Embed.W.Data)) / int64(c.VocabSize)
+	b.Embedding = matBytes(&lm.Embed.W) / int64(lm.Embed.W.Out)
 	b.Unembed = matBytes(&lm.Unembed.W)
 	b.Total = b.Attention + b.Router + b.Experts + b.DenseMLP + b.Norms + b.Embedding + b.Unembed
 	return b
 }
 
-// matBytes is a matrix's weight bytes, scales included.
+// matBytes is a matrix's weight bytes, scales included (of a strided
+// slice, its own bytes only).
 func matBytes(m *kernels.Mat) int64 {
-	return int64(len(m.Data)) + 4*int64(len(m.Scales))
+	rows, cols := int64(m.Out), m.In
+	if m.Transposed {
+		rows, cols = int64(m.In), m.Out
+	}
+	rb, _ := m.Type.RowBytes(cols)
+	return rows*int64(rb) + 4*int64(len(m.Scales))
 }
 
 // PrefillFLOPs returns the floating-point operations (2 per multiply-add)

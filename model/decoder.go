@@ -23,6 +23,7 @@ func (d *DecoderLayer) Forward(h []float32, N, l int, seqs []attnSeq, mem *KVMem
 	xn, a := ws.xn[:N*D], ws.a[:N*D]
 	d.RMSNorm.Forward(xn, h, N)
 	d.Attention.Forward(a, xn, N, l, seqs, mem, ws)
+	ws.reduce(a[:N*D]) // a shard's partial output projection (shard.go)
 	d.RMSNorm1.Forward(a, a, N)
 	kernels.Axpy(h[:N*D], 1, a)
 
@@ -32,6 +33,7 @@ func (d *DecoderLayer) Forward(h []float32, N, l int, seqs []attnSeq, mem *KVMem
 	} else {
 		d.Dense.Forward(a, xn, N, ws)
 	}
+	ws.reduce(a[:N*D]) // a shard's partial linear_1 sums
 	d.RMSNorm3.Forward(a, a, N)
 	kernels.Axpy(h[:N*D], 1, a)
 }

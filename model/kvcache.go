@@ -19,6 +19,8 @@ type KVMemory struct {
 	k, v  [][]float32 // per layer: [slot][kv head][row][K]
 	step  []int       // per slot
 	keyOK [][]bool    // per slot, per row: token > pad_token
+
+	shards []*KVMemory // NewTP's model: each shard's memory (tp.go)
 }
 
 // KVMemoryBytes returns what NewKVMemory(c, slots, seqLen) allocates, in

@@ -28,7 +28,9 @@ type LanguageModel struct {
 	// (nil: parallel.Default()). The logits do not depend on its size.
 	Pool *parallel.Pool
 
-	ws workspace
+	ws    workspace
+	shard *shardState // a shard of the model axis (NewShard), else nil
+	tp    *tpGroup    // the shards NewTP runs in process, else nil
 }
 
 // New builds the model for cfg over the tensors of src, checking every
@@ -39,9 +41,20 @@ func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	return build(cfg, src, nil)
+}
+
+// build is New, or NewShard's shard when sh is set: cfg is the whole
+// model's, every tensor is checked against it, and sh then keeps the
+// shard's slices.
+func build(cfg Config, src TensorSource, sh *shardState) (*LanguageModel, error) {
 	c := &cfg
 	D, V := c.EmbSize, c.VocabSize
 	lm := &LanguageModel{Config: cfg}
+	if sh != nil {
+		lm.Config, lm.shard = ShardConfig(cfg, sh.n), sh
+		src, V = vocabSource{src: src, sh: sh}, sh.vhi-sh.vlo
+	}
 	fs := &finiteSource{src: src, seen: map[string]bool{}}
 	src = fs
 	var err error
@@ -65,7 +78,7 @@ func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 	// missing layer, having cost only the layers that exist.
 	for i := 0; i < c.NumLayers; i++ {
 		var d DecoderLayer
-		if err := loadLayer(&d, src, c, i); err != nil {
+		if err := loadLayer(&d, src, c, i, sh); err != nil {
 			if _, ok := src.Lookup(fmt.Sprintf("blk.%d.attn_norm.weight", i)); !ok && i > 0 {
 				return nil, fmt.Errorf("model: num_layers is %d, but the weights stop after layer %d: %w", c.NumLayers, i-1, err)
 			}
@@ -81,7 +94,7 @@ func New(cfg Config, src TensorSource) (*LanguageModel, error) {
 	return lm, nil
 }
 
-func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
+func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int, sh *shardState) error {
 	D, K, F, E := c.EmbSize, c.KeySize, c.FFNSize, c.NumExperts
 	name := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", i, s) }
 	var err error
@@ -99,9 +112,13 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
 		}
 	}
 	a := &d.Attention
+	heads, kvHeads := c.NumQHeads, c.NumKVHeads
+	if sh != nil {
+		heads, kvHeads = heads/sh.n, kvHeads/sh.n
+	}
 	*a = MultiHeadAttention{
 		Rotary:    RotaryEmbedding{KeySize: K, Base: c.RopeBase},
-		NumQHeads: c.NumQHeads, NumKVHeads: c.NumKVHeads, KeySize: K,
+		NumQHeads: heads, NumKVHeads: kvHeads, KeySize: K,
 		AttnOutputMultiplier: c.AttnOutputMultiplier, AttnLogitCap: c.AttnLogitCap,
 		TemperatureLen: c.AttnTemperatureLen,
 	}
@@ -109,23 +126,27 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
 		dst     *Linear
 		name    string
 		out, in int
+		byIn    bool // row-parallel: a shard keeps its query heads' inputs
 	}{
-		{&a.Query, "attn_q", c.NumQHeads * K, D},
-		{&a.Key, "attn_k", c.NumKVHeads * K, D},
-		{&a.Value, "attn_v", c.NumKVHeads * K, D},
-		{&a.Linear, "attn_output", D, c.NumQHeads * K},
+		{&a.Query, "attn_q", c.NumQHeads * K, D, false},
+		{&a.Key, "attn_k", c.NumKVHeads * K, D, false},
+		{&a.Value, "attn_v", c.NumKVHeads * K, D, false},
+		{&a.Linear, "attn_output", D, c.NumQHeads * K, true},
 	} {
 		if *p.dst, err = loadLinear(src, name(p.name), p.out, p.in); err != nil {
 			return err
 		}
+		if err := sh.splitOne(name(p.name), p.dst, p.byIn); err != nil {
+			return err
+		}
 	}
 	if E <= 1 {
-		d.Dense, err = loadDense(src, i, F, D)
+		d.Dense, err = loadDense(src, i, F, D, sh)
 		return err
 	}
 	m := &MoELayer{Router: Router{TopK: c.NumSelectedExperts, LogitCap: c.RouterLogitCap}}
 	if c.DenseFFNSize > 0 {
-		if m.Residual, err = loadDense(src, i, c.DenseFFNSize, D); err != nil {
+		if m.Residual, err = loadDense(src, i, c.DenseFFNSize, D, sh); err != nil {
 			return err
 		}
 	} else {
@@ -149,6 +170,15 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
 	if m.Linear1, err = loadExperts(src, i, "down", E, D, F); err != nil {
 		return err
 	}
+	if err := sh.columns(name("ffn_gate_exps"), m.Linear); err != nil {
+		return err
+	}
+	if err := sh.columns(name("ffn_up_exps"), m.LinearV); err != nil {
+		return err
+	}
+	if err := sh.rows(name("ffn_down_exps"), m.Linear1); err != nil {
+		return err
+	}
 	d.MoE = m
 	return nil
 }
@@ -156,7 +186,7 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int) error {
 // loadDense reads the gated MLP blk.N.ffn_{gate,up,down} of hidden width F:
 // the whole feed-forward block of a dense model, or Grok-2's MLP beside
 // the experts.
-func loadDense(src TensorSource, i, F, D int) (*DenseBlock, error) {
+func loadDense(src TensorSource, i, F, D int, sh *shardState) (*DenseBlock, error) {
 	name := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", i, s) }
 	d := &DenseBlock{}
 	var err error
@@ -168,6 +198,15 @@ func loadDense(src TensorSource, i, F, D int) (*DenseBlock, error) {
 	}
 	if d.Linear1, err = loadLinear(src, name("ffn_down"), D, F); err != nil {
 		return nil, err
+	}
+	for _, p := range []struct {
+		l    *Linear
+		name string
+		byIn bool
+	}{{&d.Linear, "ffn_gate", false}, {&d.LinearV, "ffn_up", false}, {&d.Linear1, "ffn_down", true}} {
+		if err := sh.splitOne(name(p.name), p.l, p.byIn); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }
@@ -187,30 +226,48 @@ type Input struct {
 // valid until the next call. Inputs must name distinct slots. On error
 // nothing is written to the memory.
 func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, error) {
+	if lm.tp != nil {
+		return lm.tp.forward(lm, mem, inputs)
+	}
 	c := &lm.Config
 	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || len(mem.k) != c.NumLayers {
 		return nil, fmt.Errorf("model: KV memory was made for another model")
 	}
-	N, rows := 0, 0
+	N, rows, err := checkInputs(c, mem, inputs)
+	if err != nil || N == 0 {
+		return nil, err
+	}
+	logits, err := lm.forward(mem, inputs, N, rows)
+	if err != nil && lm.shard != nil {
+		// The other ranks may be waiting in a collective this rank will
+		// not make: end the group rather than leave them hanging.
+		lm.shard.comm.Abort(1)
+	}
+	return logits, err
+}
+
+// checkInputs checks a call's inputs against the config and the memory
+// and counts its rows (N) and logit rows.
+func checkInputs(c *Config, mem *KVMemory, inputs []Input) (N, rows int, err error) {
 	for i, in := range inputs {
 		if in.Slot < 0 || in.Slot >= mem.Slots {
-			return nil, fmt.Errorf("model: input %d: slot %d out of range [0, %d)", i, in.Slot, mem.Slots)
+			return 0, 0, fmt.Errorf("model: input %d: slot %d out of range [0, %d)", i, in.Slot, mem.Slots)
 		}
 		for j := 0; j < i; j++ {
 			if inputs[j].Slot == in.Slot {
-				return nil, fmt.Errorf("model: inputs %d and %d both use slot %d", j, i, in.Slot)
+				return 0, 0, fmt.Errorf("model: inputs %d and %d both use slot %d", j, i, in.Slot)
 			}
 		}
 		if len(in.Tokens) == 0 {
-			return nil, fmt.Errorf("model: input %d has no tokens", i)
+			return 0, 0, fmt.Errorf("model: input %d has no tokens", i)
 		}
 		end := mem.step[in.Slot] + len(in.Tokens)
 		if end > mem.SeqLen {
-			return nil, fmt.Errorf("model: input %d: %d tokens after %d would exceed the context of %d", i, len(in.Tokens), mem.step[in.Slot], mem.SeqLen)
+			return 0, 0, fmt.Errorf("model: input %d: %d tokens after %d would exceed the context of %d", i, len(in.Tokens), mem.step[in.Slot], mem.SeqLen)
 		}
 		for _, t := range in.Tokens {
 			if t < 0 || t >= c.VocabSize {
-				return nil, fmt.Errorf("model: input %d: token id %d outside the vocabulary [0, %d)", i, t, c.VocabSize)
+				return 0, 0, fmt.Errorf("model: input %d: token id %d outside the vocabulary [0, %d)", i, t, c.VocabSize)
 			}
 		}
 		N += len(in.Tokens)
@@ -220,13 +277,20 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 			rows++
 		}
 	}
-	if N == 0 {
-		return nil, nil
-	}
+	return N, rows, nil
+}
+
+func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]float32, error) {
+	c := &lm.Config
 	ws := &lm.ws
 	ws.pool = lm.Pool
 	if ws.pool == nil {
 		ws.pool = parallel.Default()
+	}
+	defer func() { ws.pool, ws.comm, ws.commErr = nil, nil, nil }()
+	vlo, vhi := 0, c.VocabSize
+	if lm.shard != nil {
+		ws.comm, vlo, vhi = lm.shard.comm, lm.shard.vlo, lm.shard.vhi
 	}
 	ws.ensure(c, N, mem.SeqLen, ws.pool.Threads())
 	D := c.EmbSize
@@ -242,7 +306,9 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 			// model.py 1225: input_mask = tokens > pad_token, a key mask only.
 			mem.keyOK[in.Slot][start+t] = tok > c.PadToken
 			e := h[(r+t)*D : (r+t+1)*D]
-			if err := kernels.EmbeddingRow(e, lm.Embed.W.Type, lm.Embed.W.Data, tok); err != nil {
+			if tok < vlo || tok >= vhi {
+				clear(e) // another shard's row: the reduce below adds it
+			} else if err := kernels.EmbeddingRow(e, lm.Embed.W.Type, lm.Embed.W.Data, tok-vlo); err != nil {
 				return nil, err
 			}
 			for j := range e {
@@ -254,22 +320,33 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 		}
 		r += len(in.Tokens)
 	}
+	ws.reduce(h)
 	ws.ropeTabJob = ropeTableTask{ws: ws, rot: &lm.Transformer.Layers[0].Attention.Rotary}
 	ws.pool.Run(N, 1, &ws.ropeTabJob)
 	ws.ropeTabJob = ropeTableTask{}
 	for l := range lm.Transformer.Layers {
 		lm.Transformer.Layers[l].Forward(h, N, l, ws.seqs, mem, ws)
 	}
-	for _, s := range ws.seqs {
-		mem.step[s.slot] = s.start + s.n
+	if ws.commErr != nil {
+		return nil, ws.commErr
 	}
 	// Final norm and unembedding only for the rows whose logits are wanted.
 	xn := ws.xn[:rows*D]
 	for i, row := range ws.outRows {
 		kernels.RMSNorm(xn[i*D:(i+1)*D], h[row*D:(row+1)*D], lm.RMSNorm.Scale, lm.RMSNorm.Eps)
 	}
-	logits := ws.ensureLogits(rows, c.VocabSize)
-	ws.matmulCapped(xn, rows, c.OutputMultiplierScale, c.FinalLogitCap, []*Linear{&lm.Unembed}, logits)
-	ws.pool = nil
+	var logits []float32
+	if lm.shard != nil {
+		var err error
+		if logits, err = lm.gatherLogits(xn, rows); err != nil {
+			return nil, err
+		}
+	} else {
+		logits = ws.ensureLogits(rows, c.VocabSize)
+		ws.matmulCapped(xn, rows, c.OutputMultiplierScale, c.FinalLogitCap, []*Linear{&lm.Unembed}, logits)
+	}
+	for _, s := range ws.seqs {
+		mem.step[s.slot] = s.start + s.n
+	}
 	return logits, nil
 }

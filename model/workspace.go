@@ -1,6 +1,9 @@
 package model
 
-import "github.com/grok-go/grok/parallel"
+import (
+	"github.com/grok-go/grok/comm"
+	"github.com/grok-go/grok/parallel"
+)
 
 // workspace holds every activation buffer of a forward call, sized for the
 // largest call seen so far, and the loop bodies handed to the thread pool,
@@ -19,6 +22,11 @@ type workspace struct {
 	// for every loop, so that handing it to the pool allocates nothing (a
 	// closure would escape to the heap on every call).
 	pool *parallel.Pool
+
+	// A shard's group (nil unsharded) and the first error of a collective
+	// of the call (see reduce).
+	comm    comm.Comm
+	commErr error
 
 	attnScratch
 	ffnScratch

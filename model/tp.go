@@ -1,0 +1,201 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/grok-go/grok/comm"
+	"github.com/grok-go/grok/parallel"
+)
+
+// tpGroup is NewTP's model: n shards in one process, each on a pool of
+// its own, joined by an in-process comm group.
+type tpGroup struct {
+	shards []*LanguageModel
+	pools  []*parallel.Pool
+	errs   []error
+}
+
+// NewTP builds the model of cfg over src split into n shards on the model
+// axis (see shard.go), all in this process: each shard runs on a pool of
+// its own with pool's threads divided among them (at least one each), and
+// the shards meet through comm.NewLocal. The result is one LanguageModel
+// whose Config is the whole model's; Forward runs the shards concurrently
+// and returns the full logits, equal to the unsharded model's to rounding
+// (the row-parallel products sum in another order). Close releases the
+// shards' threads. n = 1 is a plain shard of one.
+func NewTP(cfg Config, src TensorSource, n int, pool *parallel.Pool) (*LanguageModel, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := CheckShards(&cfg, n); err != nil {
+		return nil, err
+	}
+	cs, err := comm.NewLocal(n)
+	if err != nil {
+		return nil, err
+	}
+	return NewTPComms(cfg, src, cs, pool)
+}
+
+// NewTPComms is NewTP over the given endpoints of one group (rank r's
+// shard uses cs[r]), e.g. wrapped to count their traffic (comm.Counting).
+func NewTPComms(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Pool) (*LanguageModel, error) {
+	n := len(cs)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := CheckShards(&cfg, n); err != nil {
+		return nil, err
+	}
+	if err := CheckShardTensors(&cfg, src, n); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		pool = parallel.Default()
+	}
+	g := &tpGroup{errs: make([]error, n)}
+	for r, c := range cs {
+		if c.Rank() != r || c.Size() != n {
+			return nil, fmt.Errorf("model: endpoint %d is rank %d of %d", r, c.Rank(), c.Size())
+		}
+		s, err := NewShard(cfg, src, c)
+		if err != nil {
+			g.close()
+			return nil, err
+		}
+		p := parallel.New(max(1, pool.Threads()/n))
+		s.Pool = p
+		g.shards, g.pools = append(g.shards, s), append(g.pools, p)
+	}
+	return &LanguageModel{Config: cfg, Pool: pool, tp: g}, nil
+}
+
+// Close stops the worker threads of NewTP's shards; it does nothing for
+// other models. The model must not be used after.
+func (lm *LanguageModel) Close() {
+	if lm.tp != nil {
+		lm.tp.close()
+	}
+}
+
+func (g *tpGroup) close() {
+	for _, p := range g.pools {
+		p.Close()
+	}
+}
+
+// Shards returns NewTP's shards (nil for other models), e.g. to read their
+// step bytes.
+func (lm *LanguageModel) Shards() []*LanguageModel {
+	if lm.tp == nil {
+		return nil
+	}
+	return lm.tp.shards
+}
+
+// NewKVMemory allocates the model's KV memory (see the package function).
+// For NewTP's model it allocates each shard's kv heads and returns shard
+// 0's memory, which keeps the others: Reset, Truncate and Step then act on
+// it as on any memory, and Forward carries them over to the other shards.
+func (lm *LanguageModel) NewKVMemory(slots, seqLen int) (*KVMemory, error) {
+	if lm.tp == nil {
+		return NewKVMemory(&lm.Config, slots, seqLen)
+	}
+	parts := make([]*KVMemory, len(lm.tp.shards))
+	for r, s := range lm.tp.shards {
+		m, err := NewKVMemory(&s.Config, slots, seqLen)
+		if err != nil {
+			return nil, err
+		}
+		parts[r] = m
+	}
+	parts[0].shards = parts
+	return parts[0], nil
+}
+
+// shardMemories returns the shards' memories for mem: its own if
+// lm.NewKVMemory made it, or, for a memory of the whole model's shape
+// (NewKVMemory(&lm.Config, …)), memories of the shards' shape made on
+// first use (mem's own rows then stay unused).
+func (g *tpGroup) shardMemories(lm *LanguageModel, mem *KVMemory) ([]*KVMemory, error) {
+	c := &lm.Config
+	if mem.shards != nil {
+		if len(mem.shards) != len(g.shards) || mem.shards[0].KVHeads != g.shards[0].Config.NumKVHeads {
+			return nil, fmt.Errorf("model: KV memory was made for another model")
+		}
+		return mem.shards, nil
+	}
+	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || len(mem.k) != c.NumLayers {
+		return nil, fmt.Errorf("model: KV memory was made for another model")
+	}
+	parts := make([]*KVMemory, len(g.shards))
+	for r, s := range g.shards {
+		m, err := NewKVMemory(&s.Config, mem.Slots, mem.SeqLen)
+		if err != nil {
+			return nil, err
+		}
+		parts[r] = m
+	}
+	mem.shards = parts
+	return parts, nil
+}
+
+// forward is Forward for NewTP's model: every shard's Forward at once,
+// shard 0 on the caller's goroutine.
+func (g *tpGroup) forward(lm *LanguageModel, mem *KVMemory, inputs []Input) ([]float32, error) {
+	parts, err := g.shardMemories(lm, mem)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := checkInputs(&lm.Config, mem, inputs); err != nil {
+		return nil, err
+	}
+	// Carry mem's Reset and Truncate over to the other shards' memories.
+	for _, in := range inputs {
+		want := mem.Step(in.Slot)
+		for _, p := range parts {
+			if p == mem {
+				continue
+			}
+			switch st := p.Step(in.Slot); {
+			case st > want:
+				if err := p.Truncate(in.Slot, want); err != nil {
+					return nil, err
+				}
+			case st < want:
+				return nil, fmt.Errorf("model: slot %d holds %d rows, but a shard's memory only %d: the memory was written around the model", in.Slot, want, st)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for r := 1; r < len(g.shards); r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			_, g.errs[r] = g.shards[r].Forward(parts[r], inputs)
+		}(r)
+	}
+	logits, err0 := g.shards[0].Forward(parts[0], inputs)
+	wg.Wait()
+	g.errs[0] = err0
+	err = nil
+	for _, e := range g.errs {
+		// One rank's failure aborts the group: report the cause, not
+		// the other ranks' ErrAborted.
+		if e != nil && (err == nil || errors.Is(err, comm.ErrAborted) && !errors.Is(e, comm.ErrAborted)) {
+			err = e
+		}
+	}
+	clear(g.errs)
+	if err != nil {
+		return nil, err
+	}
+	if parts[0] != mem {
+		for _, in := range inputs {
+			mem.step[in.Slot] = parts[0].Step(in.Slot)
+		}
+	}
+	return logits, nil
+}
