@@ -22,6 +22,64 @@ type matrix struct {
 	scaleType tensor.DType
 	shards    int
 	scales    []float32 // decoded by loadScales while the matrix is written
+
+	// A matrix the source holds as tensor-parallel slices (xai-org/grok-2's
+	// experts) has data nil and pieces in rank order: along splitAxis 0
+	// each holds the next n rows, along 1 the next n columns of every row.
+	// Rows are gathered from them as they are written, so the whole matrix
+	// is never in memory.
+	pieces    []piece
+	splitAxis int
+}
+
+// piece is one tensor-parallel slice of a split matrix: its mapped bytes
+// and how many rows (axis 0) or columns (axis 1) of the matrix it holds.
+type piece struct {
+	data []byte
+	n    int
+}
+
+// splitSource is a source that serves a tensor as the tensor-parallel
+// slices it is stored in (safetensors.Model.Split), so that a conversion
+// can stream them instead of having them joined in memory.
+type splitSource interface {
+	Split(name string) (parts []*tensor.Tensor, axis int, ok bool, err error)
+}
+
+// splitMatrix wraps the slices of an out×in matrix split along axis. Each
+// slice must be a plain [out, in] matrix of one element type.
+func splitMatrix(name string, parts []*tensor.Tensor, axis, out, in int) (matrix, error) {
+	m := matrix{out: out, in: in, splitAxis: axis}
+	if axis != 0 && axis != 1 {
+		return m, fmt.Errorf("tensor %q: split along axis %d", name, axis)
+	}
+	sum := 0
+	for i, t := range parts {
+		if err := t.Check(); err != nil {
+			return m, err
+		}
+		if i == 0 {
+			m.typ = t.Type
+		}
+		if t.Type != m.typ || elemSize(t.Type) == 0 || t.Type == tensor.I8 || t.Transposed || len(t.Shape) != 2 || t.Shape[1-axis] != []int{out, in}[1-axis] {
+			return m, fmt.Errorf("tensor %q: tensor-parallel slice %d is %v%v, which does not fit a split %d×%d matrix of one float type", name, i, t.Type, t.Shape, out, in)
+		}
+		m.pieces = append(m.pieces, piece{data: t.Data, n: t.Shape[axis]})
+		sum += t.Shape[axis]
+	}
+	if want := []int{out, in}[axis]; sum != want || len(parts) == 0 {
+		return m, fmt.Errorf("tensor %q: its tensor-parallel slices hold %d of its %d %s", name, sum, want, []string{"rows", "columns"}[axis])
+	}
+	return m, nil
+}
+
+// sourceBytes is the size of the matrix in the source.
+func (m *matrix) sourceBytes() int64 {
+	n := int64(len(m.data))
+	for _, p := range m.pieces {
+		n += int64(len(p.data))
+	}
+	return n
 }
 
 // loadScales decodes the matrix's scales (shards·out values) into
@@ -157,6 +215,45 @@ func (m *matrix) rawRows(dst []byte, o0, n int) {
 	}
 }
 
+// plainRows returns rows o0..o0+n-1 of a matrix of a plain element type
+// in the canonical layout: a view of the source where it holds them so,
+// else gathered into scratch (n·in elements).
+func (m *matrix) plainRows(scratch []byte, o0, n int) []byte {
+	es := elemSize(m.typ)
+	rb := m.in * es
+	switch {
+	case m.inOut:
+		m.rawRows(scratch, o0, n)
+		return scratch[:n*rb]
+	case m.pieces == nil:
+		return m.data[o0*rb : (o0+n)*rb]
+	case m.splitAxis == 0:
+		dst := scratch[:0]
+		r, end, base := o0, o0+n, 0
+		for _, p := range m.pieces {
+			if r < end && r < base+p.n {
+				hi := min(end, base+p.n)
+				chunk := p.data[(r-base)*rb : (hi-base)*rb]
+				if len(dst) == 0 && hi == end {
+					return chunk // within one slice: no copy
+				}
+				dst = append(dst, chunk...)
+				r = hi
+			}
+			base += p.n
+		}
+		return dst
+	}
+	dst := scratch[:0]
+	for r := o0; r < o0+n; r++ {
+		for _, p := range m.pieces {
+			w := p.n * es
+			dst = append(dst, p.data[r*w:(r+1)*w]...)
+		}
+	}
+	return dst
+}
+
 // rows decodes rows o0..o0+n-1 of the matrix to float32 into dst (n·in
 // values), dequantising int8 with its per-shard scales (loaded by
 // loadScales). raw is scratch of at least n·in·elemSize bytes.
@@ -165,15 +262,7 @@ func (m *matrix) rows(dst []float32, raw []byte, o0, n int) error {
 		rb, _ := tensor.Q8_0.RowBytes(m.in)
 		return tensor.DecodeRow(dst[:n*m.in], tensor.Q8_0, m.data[o0*rb:(o0+n)*rb])
 	}
-	es := elemSize(m.typ)
-	var src []byte
-	if m.inOut {
-		m.rawRows(raw, o0, n)
-		src = raw[:n*m.in*es]
-	} else {
-		src = m.data[o0*m.in*es : (o0+n)*m.in*es]
-	}
-	if err := tensor.DecodeRow(dst[:n*m.in], m.typ, src); err != nil {
+	if err := tensor.DecodeRow(dst[:n*m.in], m.typ, m.plainRows(raw, o0, n)); err != nil {
 		return err
 	}
 	if m.typ == tensor.I8 {

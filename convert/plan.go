@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/grok-go/grok/formats/gguf"
@@ -8,6 +9,9 @@ import (
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
 )
+
+// errMissingTensor is the error of a tensor the source lacks.
+var errMissingTensor = errors.New("missing tensor")
 
 // writeMode says how a tensor's bytes are produced.
 type writeMode int
@@ -119,7 +123,7 @@ func (j *job) plan(src model.TensorSource, c *model.Config, want Type) ([]*outTe
 	lookup := func(name string) (*tensor.Tensor, error) {
 		t, ok := src.Lookup(name)
 		if !ok {
-			return nil, fmt.Errorf("missing tensor %q", name)
+			return nil, fmt.Errorf("%w %q", errMissingTensor, name)
 		}
 		return t, nil
 	}
@@ -131,12 +135,28 @@ func (j *job) plan(src model.TensorSource, c *model.Config, want Type) ([]*outTe
 		ts = append(ts, t)
 		return nil
 	}
-	mat := func(name string, out, in int) error {
+	// matrix1 reads one out×in matrix, from its tensor-parallel slices
+	// where the source holds it so (never joined in memory).
+	splitter, _ := src.(splitSource)
+	matrix1 := func(name string, out, in int) ([]matrix, error) {
+		if splitter != nil {
+			parts, axis, ok, err := splitter.Split(name)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				m, err := splitMatrix(name, parts, axis, out, in)
+				return []matrix{m}, err
+			}
+		}
 		t, err := lookup(name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		ms, err := matricesOf(t, 1, out, in)
+		return matricesOf(t, 1, out, in)
+	}
+	mat := func(name string, out, in int) error {
+		ms, err := matrix1(name, out, in)
 		if err != nil {
 			return err
 		}
@@ -164,12 +184,11 @@ func (j *job) plan(src model.TensorSource, c *model.Config, want Type) ([]*outTe
 		// One tensor per expert (safetensors): merged on the way.
 		var ms []matrix
 		for e := 0; e < E; e++ {
-			t, err := lookup(fmt.Sprintf("blk.%d.ffn_%s.%d.weight", l, kind, e))
+			m, err := matrix1(fmt.Sprintf("blk.%d.ffn_%s.%d.weight", l, kind, e), out, in)
 			if err != nil {
-				return fmt.Errorf("%w (nor merged %s)", err, name)
-			}
-			m, err := matricesOf(t, 1, out, in)
-			if err != nil {
+				if errors.Is(err, errMissingTensor) {
+					err = fmt.Errorf("%w (nor merged %s)", err, name)
+				}
 				return err
 			}
 			if e > 0 && (m[0].typ != ms[0].typ || m[0].inOut != ms[0].inOut) {

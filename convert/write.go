@@ -11,8 +11,9 @@ import (
 
 // blockElems bounds the float32 scratch of one block of rows (8 MB): large
 // enough that gathering the columns of an [in, out] source reads long runs
-// of each stored row, small next to any real tensor.
-const blockElems = 2 << 20
+// of each stored row, small next to any real tensor. (A variable so that a
+// test can bound a conversion's memory with a small model.)
+var blockElems = 2 << 20
 
 // write produces the tensor's bytes, a block of rows at a time. The rows of
 // a block are decoded and encoded by several goroutines (each row is
@@ -20,7 +21,7 @@ const blockElems = 2 << 20
 func (j *job) write(t *outTensor, w io.Writer) error {
 	for _, m := range t.mats {
 		if t.mode == modeCopy {
-			if err := j.copy(w, m.data); err != nil {
+			if err := j.copyMatrix(w, &m); err != nil {
 				return err
 			}
 			continue
@@ -89,6 +90,38 @@ func (j *job) write(t *outTensor, w io.Writer) error {
 	return nil
 }
 
+// copyMatrix writes a matrix's source bytes in the canonical layout: as
+// they are mapped, or, for one split along its columns, gathered a block
+// of rows at a time.
+func (j *job) copyMatrix(w io.Writer, m *matrix) error {
+	if m.pieces == nil {
+		return j.copy(w, m.data)
+	}
+	if m.splitAxis == 0 {
+		for _, p := range m.pieces {
+			if err := j.copy(w, p.data); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	es := elemSize(m.typ)
+	n := max(1, min(m.out, blockElems/m.in))
+	if cap(j.raw) < n*m.in*es {
+		j.raw = make([]byte, n*m.in*es)
+	}
+	for o := 0; o < m.out; o += n {
+		if err := j.ctx.Err(); err != nil {
+			return err
+		}
+		k := min(n, m.out-o)
+		if _, err := w.Write(m.plainRows(j.raw[:k*m.in*es], o, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // copy writes data in pieces, so that a cancellation is noticed within a
 // large tensor.
 func (j *job) copy(w io.Writer, data []byte) error {
@@ -123,7 +156,7 @@ func (j *job) addTensors(w *gguf.Writer, ts []*outTensor) {
 		j.res.Bytes += size
 		j.res.SourceBytes += int64(len(t.raw))
 		for _, m := range t.mats {
-			j.res.SourceBytes += int64(len(m.data))
+			j.res.SourceBytes += m.sourceBytes()
 		}
 		write := func(out io.Writer) error {
 			if j.progress != nil {

@@ -108,7 +108,13 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 	if math.IsNaN(float64(cfg.AttnLogitCap)) {
 		cfg.AttnLogitCap = 30
 	}
-	lm, err := newModel(cfg, st, opt)
+	var lm *model.LanguageModel
+	if opt.WeightsOnly {
+		err = cfg.Validate()
+		lm = &model.LanguageModel{Config: cfg}
+	} else {
+		lm, err = newModel(cfg, st, opt)
+	}
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -132,6 +138,18 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 	}
 	for _, ti := range st.Tensors() {
 		if ti.Canonical == "" {
+			continue
+		}
+		if parts, _, split, err := st.Split(ti.Canonical); split {
+			// Described from its slices: looking it up would join them.
+			if err == nil {
+				d := describe(ti.Name, ti.Canonical, parts[0])
+				d.Shape, d.Bytes = ti.Shape, 0
+				for _, p := range parts {
+					d.Bytes += int64(len(p.Data))
+				}
+				m.tensors = append(m.tensors, d)
+			}
 			continue
 		}
 		if t, ok := st.Lookup(ti.Canonical); ok {

@@ -38,6 +38,13 @@ type Options struct {
 	TP   int
 	Pool *parallel.Pool
 	Comm comm.Comm
+	// WeightsOnly is for callers that read the tensors through Source and
+	// never run the model (grok convert): for safetensors the network is
+	// then not built — LanguageModel holds only the validated Config — so
+	// that experts split into tensor-parallel shards (xai-org/grok-2) stay
+	// mapped slices instead of being joined in memory. Other formats map
+	// their tensors as they are and load as without it.
+	WeightsOnly bool
 }
 
 // newModel builds the model of cfg over src as opt asks: whole, split in

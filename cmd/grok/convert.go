@@ -68,7 +68,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	m, err := loader.Open(*in, loader.Options{Preset: *preset})
+	m, err := loader.Open(*in, loader.Options{Preset: *preset, WeightsOnly: true})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/grok-go/grok/internal/fixtures"
 )
 
 const (
@@ -141,6 +143,32 @@ func TestConvertCommandMixture(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, e)
 	}
 	if o, e, code := grok(t, "inspect", "-m", out); code != 0 || !strings.Contains(o, "Q5_0") {
+		t.Errorf("inspect: exit %d: %s %s", code, o, e)
+	}
+}
+
+// grok convert of xai-org/grok-2's layout streams the experts'
+// tensor-parallel slices: nothing is joined in memory (the loader's warning
+// about it stays silent) and the file holds the merged experts.
+func TestConvertCommandTPRelease(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "hf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := fixtures.Random(fixtures.Grok2SmallConfig(), 3, fixtures.ModerateGains)
+	if err := fixtures.WriteGrok2Safetensors(dir, m, fixtures.Grok2Options{}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "g2.gguf")
+	_, e, code := grok(t, "convert", "-i", dir, "-o", out, "--type", "q8_0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	if strings.Contains(e, "joined in memory") {
+		t.Errorf("convert joined the experts in memory:\n%s", e)
+	}
+	o, e, code := grok(t, "inspect", "-m", out)
+	if code != 0 || !strings.Contains(o, "blk.1.ffn_down_exps.weight") {
 		t.Errorf("inspect: exit %d: %s %s", code, o, e)
 	}
 }

@@ -1,7 +1,8 @@
 // Package safetensors opens Hugging Face safetensors conversions of Grok-1
 // (one file, or shards with model.safetensors.index.json) and xai-org/grok-2
 // as released (a folder of *-TP-common and *-TP-00N files, experts split
-// for tensor parallelism and joined on open), memory-maps them
+// for tensor parallelism: served as their mapped slices by Split, joined in
+// memory only when looked up whole), memory-maps them
 // and serves their tensors under the canonical GGUF names the model looks up
 // (model/weights.go), translating from the hpcai-tech, keyfan and
 // Mixtral-style spellings (see nameTable). It also reads config.json into a
@@ -24,6 +25,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/grok-go/grok/tensor"
 )
@@ -43,8 +46,9 @@ type Model struct {
 	tensors map[string]*entry // by the file's own name
 	canon   map[string]*entry // by canonical name
 	release []func() error
-	// assembled counts the bytes copied to join tensor-parallel shards.
-	assembled int64
+	// assembled counts the bytes copied so far to join tensor-parallel
+	// shards (see entry.join).
+	assembled atomic.Int64
 }
 
 // entry is one tensor of an opened file.
@@ -54,6 +58,14 @@ type entry struct {
 	data  []byte
 	info  dtypeInfo
 	canon string // canonical name, "" if nameTable does not know it
+
+	// A tensor split into tensor-parallel shards (xai-org/grok-2's
+	// experts) has data nil until a caller asks for it as one tensor:
+	// parts are its slices in rank order, joined along axis by join, once.
+	parts    []*entry
+	axis     int
+	joinOnce sync.Once
+	owner    *Model
 }
 
 // TensorInfo describes one tensor of the files, whether or not the engine
@@ -232,12 +244,12 @@ func (m *Model) openFolder(dir string) error {
 	return nil
 }
 
-// joinTP joins the tensor-parallel slices of one expert matrix into a
-// tensor of its own: w1/w3 slices follow each other (rows), w2 slices
-// interleave row by row (columns). The engine takes one contiguous matrix
-// per expert (model.Linear, kernels.Mat), and a w2 split along its input
-// axis cannot be one without copying, so all three are copied; the bytes
-// are at most the files' own.
+// joinTP checks that the tensor-parallel slices of one expert matrix fit
+// together — w1/w3 slices follow each other (rows), w2 slices interleave
+// row by row (columns) — and returns the entry of the whole tensor. Nothing
+// is copied here: Split serves the slices as they are mapped (grok convert
+// streams them), and only a caller that needs one contiguous matrix (the
+// engine's model.Linear, Lookup) has it assembled, on first use (join).
 func (m *Model) joinTP(name string, parts []*entry) (*entry, error) {
 	cn, ok := canonical(name)
 	axis := -1
@@ -258,35 +270,67 @@ func (m *Model) joinTP(name string, parts []*entry) (*entry, error) {
 		}
 		shape[axis] += p.Shape[axis]
 	}
-	total := 0
-	for _, p := range parts {
-		total += len(p.data)
-	}
-	buf := make([]byte, 0, total)
-	if axis == 0 {
-		for _, p := range parts {
-			buf = append(buf, p.data...)
-		}
-	} else {
-		for r := range shape[0] {
-			for _, p := range parts {
-				w := p.Shape[1] * p.info.size
-				buf = append(buf, p.data[r*w:(r+1)*w]...)
-			}
-		}
-	}
-	m.assembled += int64(total)
 	return &entry{
 		rawEntry: rawEntry{Name: name, DType: p0.DType, Shape: shape},
 		file:     fmt.Sprintf("%s and %d more TP shards", p0.file, len(parts)-1),
-		data:     buf,
 		info:     p0.info,
+		parts:    parts,
+		axis:     axis,
+		owner:    m,
 	}, nil
 }
 
-// AssembledBytes returns how many bytes of tensor data Open copied to join
-// the tensor-parallel slices of experts (0 for a checkpoint without them).
-func (m *Model) AssembledBytes() int64 { return m.assembled }
+// join assembles a split tensor's slices into one buffer, the first time
+// it is needed; its bytes are at most the files' own.
+func (e *entry) join() {
+	e.joinOnce.Do(func() {
+		total := 0
+		for _, p := range e.parts {
+			total += len(p.data)
+		}
+		buf := make([]byte, 0, total)
+		if e.axis == 0 {
+			for _, p := range e.parts {
+				buf = append(buf, p.data...)
+			}
+		} else {
+			for r := range e.Shape[0] {
+				for _, p := range e.parts {
+					w := p.Shape[1] * p.info.size
+					buf = append(buf, p.data[r*w:(r+1)*w]...)
+				}
+			}
+		}
+		e.data = buf
+		e.owner.assembled.Add(int64(total))
+	})
+}
+
+// AssembledBytes returns how many bytes of tensor data have been copied so
+// far to join the tensor-parallel slices of experts (by Lookup, Tensor or
+// Raw of such a tensor; 0 for a checkpoint without them, or when only
+// Split has served them).
+func (m *Model) AssembledBytes() int64 { return m.assembled.Load() }
+
+// Split returns the slices of a tensor (by canonical name) that the files
+// hold split into tensor-parallel shards, in rank order, as views into the
+// mapped files, and the axis they join along: 0 (rows follow each other:
+// w1, w3) or 1 (each row is the slices' rows side by side: w2). ok is
+// false for a tensor stored whole, or not at all; the error says why a
+// split tensor is unusable (its dtype).
+func (m *Model) Split(name string) (parts []*tensor.Tensor, axis int, ok bool, err error) {
+	e, found := m.canon[name]
+	if !found || e.parts == nil {
+		return nil, 0, false, nil
+	}
+	parts = make([]*tensor.Tensor, len(e.parts))
+	for i, p := range e.parts {
+		if parts[i], err = p.tensor(name); err != nil {
+			return nil, 0, true, err
+		}
+	}
+	return parts, e.axis, true, nil
+}
 
 // openIndex opens the shards an index names and takes each tensor from the
 // shard its weight_map gives: HF's size-based sharding cuts through layers,
@@ -416,6 +460,9 @@ func (m *Model) Raw(name string) (*tensor.Tensor, error) {
 func (e *entry) tensor(name string) (*tensor.Tensor, error) {
 	if !e.info.usable {
 		return nil, fmt.Errorf("safetensors: tensor %q in %s has dtype %s, which the engine does not compute with (F32, F16, BF16, I8)", e.Name, e.file, e.DType)
+	}
+	if e.parts != nil {
+		e.join()
 	}
 	return &tensor.Tensor{
 		Name:  name,

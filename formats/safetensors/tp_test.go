@@ -42,6 +42,27 @@ func TestTPShards(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.Close()
+		// Split serves the slices as they are, copying nothing.
+		for _, c := range []struct {
+			canon, raw string
+			axis       int
+		}{{"blk.0.ffn_gate.0.weight", w1, 0}, {"blk.0.ffn_down.0.weight", w2, 1}} {
+			parts, axis, ok, err := m.Split(c.canon)
+			if !ok || err != nil || axis != c.axis || len(parts) != 2 {
+				t.Fatalf("Split(%s) = %d parts, axis %d, %v, %v", c.canon, len(parts), axis, ok, err)
+			}
+			for r, p := range parts {
+				if !bytes.Equal(p.Data, slice(r, c.raw).data) {
+					t.Errorf("Split(%s) part %d: wrong bytes", c.canon, r)
+				}
+			}
+		}
+		if _, _, ok, _ := m.Split("blk.0.ffn_up.0.weight"); ok {
+			t.Error("Split of a tensor the files lack: ok")
+		}
+		if n := m.AssembledBytes(); n != 0 {
+			t.Errorf("AssembledBytes = %d before any tensor was looked up whole, want 0", n)
+		}
 		a, _ := m.Raw(w1)
 		want := append(append([]byte(nil), slice(0, w1).data...), slice(1, w1).data...)
 		if !bytes.Equal(a.Data, want) || a.Shape[0] != 4 || a.Shape[1] != 3 {
