@@ -29,7 +29,7 @@ const defaultRouterSoftcap = 30
 // metadata (semantics §9, §G5-§G6), falling back to the tensor shapes for
 // sizes a writer may leave out.
 func ConfigFromGGUF(f *gguf.File) (model.Config, error) {
-	c, _, err := configFromGGUF(f)
+	c, _, err := configFromGGUF(f, false)
 	return c, err
 }
 
@@ -45,8 +45,9 @@ func IsGrok2(f *gguf.File) bool {
 }
 
 // configFromGGUF is ConfigFromGGUF with the warnings the user should see:
-// keys read but deliberately not applied.
-func configFromGGUF(f *gguf.File) (model.Config, []string, error) {
+// keys read but deliberately not applied. With yarn, the file's YaRN keys
+// are applied as llama.cpp reads them (yarnFromGGUF) instead of ignored.
+func configFromGGUF(f *gguf.File, yarn bool) (model.Config, []string, error) {
 	var c model.Config
 	var warns []string
 	arch, _ := f.String("general.architecture")
@@ -121,17 +122,24 @@ func configFromGGUF(f *gguf.File) (model.Config, []string, error) {
 		}
 		c.RouterLogitCap = floatKey("router_logit_softcapping", defaultRouterSoftcap)
 		c.UntiedOutput = true
-		if v, ok := f.String("grok.rope.scaling.type"); ok && v != "" && v != "none" {
-			factor, _ := f.Float("grok.rope.scaling.factor")
-			warns = append(warns, fmt.Sprintf("grok.rope.scaling.type = %q (factor %g) ignored: Grok-2's rope_type \"original\" is plain RoPE (SGLang); llama.cpp's converter writes YaRN for it (semantics §G7)", v, factor))
+	}
+	// grok.router_logit_softcapping is deliberately ignored for Grok-1:
+	// model.py has no router softcap and llama.cpp's converter writes the
+	// key for every grok file (semantics §7.4, §G6).
+	scaling, _ := f.String("grok.rope.scaling.type")
+	switch {
+	case yarn:
+		y, err := yarnFromGGUF(f, c.SequenceLen)
+		if err != nil {
+			errs = append(errs, err)
 		}
-	} else {
-		// grok.router_logit_softcapping is deliberately ignored for Grok-1:
-		// model.py has no router softcap and llama.cpp's converter writes
-		// the key for every grok file (semantics §7.4, §G6).
-		if v, ok := f.String("grok.rope.scaling.type"); ok && v != "" && v != "none" {
-			errs = append(errs, fmt.Errorf("grok.rope.scaling.type = %q: RoPE scaling is not supported", v))
-		}
+		c.Yarn = y
+	case scaling == "" || scaling == "none":
+	case IsGrok2(f):
+		factor, _ := f.Float("grok.rope.scaling.factor")
+		warns = append(warns, fmt.Sprintf("grok.rope.scaling.type = %q (factor %g) ignored: Grok-2's rope_type \"original\" is plain RoPE (SGLang); llama.cpp's converter writes YaRN for it (semantics §G7); --rope-scaling yarn applies it as llama.cpp does", scaling, factor))
+	default:
+		errs = append(errs, fmt.Errorf("grok.rope.scaling.type = %q: RoPE scaling is not supported (Grok-1 has none; --rope-scaling yarn applies YaRN keys as llama.cpp does)", scaling))
 	}
 	// The final soft-cap and the attention temperature act wherever a file
 	// sets them (semantics §G6).
@@ -261,4 +269,69 @@ func checkTypes(f *gguf.File) error {
 		}
 	}
 	return nil
+}
+
+// Defaults of llama.cpp's grok loader for the YaRN keys
+// (src/models/grok.cpp, llama-hparams.h).
+const (
+	defaultYarnBetaFast = 8
+	defaultYarnBetaSlow = 1
+)
+
+// yarnFromGGUF reads a file's YaRN parameters as llama.cpp does for arch
+// grok with default context parameters: llama_model's hparams
+// (llama-model.cpp: rope.scaling.type, factor, original_context_length;
+// models/grok.cpp: yarn_ext_factor, yarn_attn_factor, yarn_beta_fast/slow)
+// turned into what llama_context hands ggml_rope_ext (llama-context.cpp):
+// freq_scale 1/factor, ext_factor 1 when unset, and an attn_factor that
+// cancels the 1 + 0.1·ln(factor) ggml applies itself, times
+// rope.scaling.attn_factor. ctx is context_length (n_ctx_train), the
+// original context when the file gives none.
+func yarnFromGGUF(f *gguf.File, ctx int) (model.YarnScaling, error) {
+	var y model.YarnScaling
+	if typ, _ := f.String("grok.rope.scaling.type"); typ != "yarn" {
+		if typ == "" {
+			typ = "absent"
+		} else {
+			typ = strconv.Quote(typ)
+		}
+		return y, fmt.Errorf("--rope-scaling yarn: grok.rope.scaling.type is %s, not \"yarn\": the file has no YaRN to apply", typ)
+	}
+	get := func(key string, def float32) float32 {
+		if v, ok := f.Float("grok.rope.scaling." + key); ok {
+			return float32(v)
+		}
+		return def
+	}
+	factor := get("factor", 0)
+	if _, ok := f.Float("grok.rope.scaling.factor"); !ok {
+		if v, ok := f.Float("grok.rope.scale_linear"); ok { // the old key
+			factor = float32(v)
+		}
+	}
+	freqScale := float32(1)
+	if factor != 0 {
+		freqScale = 1 / factor
+	}
+	y.Factor = 1 / freqScale // llama.cpp's factor, as the context derives it
+	y.OrigContext = ctx
+	if v, ok := f.Int("grok.rope.scaling.original_context_length"); ok && v > 0 && v <= math.MaxInt32 {
+		y.OrigContext = int(v)
+	}
+	y.ExtFactor = get("yarn_ext_factor", -1)
+	if y.ExtFactor < 0 { // llama.cpp: negative means unset, 1 for yarn
+		y.ExtFactor = 1
+	}
+	y.BetaFast = get("yarn_beta_fast", defaultYarnBetaFast)
+	y.BetaSlow = get("yarn_beta_slow", defaultYarnBetaSlow)
+	y.AttnFactor = get("yarn_attn_factor", 1)
+	if y.ExtFactor != 0 {
+		mscale := float32(1)
+		if y.Factor > 1 {
+			mscale = 0.1*float32(math.Log(float64(y.Factor))) + 1
+		}
+		y.AttnFactor = mscale * (1 / (1 + 0.1*float32(math.Log(float64(y.Factor)))))
+	}
+	y.AttnFactor *= get("attn_factor", 1)
+	return y, nil
 }

@@ -179,28 +179,128 @@ func TestGrok2GoldenGreedy(t *testing.T) {
 	}
 }
 
-// llama.cpp's converter writes YaRN keys for Grok-2's "original" RoPE: the
-// engine ignores them (plain RoPE, as SGLang) and says so in Warnings.
+// grok2YarnKeys are the YaRN keys llama.cpp's converter writes for
+// Grok-2's "original" RoPE (conversion/grok.py, from config.json).
+var grok2YarnKeys = map[string]any{
+	"grok.rope.scaling.type":                    "yarn",
+	"grok.rope.scaling.factor":                  float32(16),
+	"grok.rope.scaling.original_context_length": uint32(8192),
+	"grok.rope.scaling.yarn_ext_factor":         float32(1),
+	"grok.rope.scaling.yarn_attn_factor":        float32(1),
+	"grok.rope.scaling.yarn_beta_fast":          float32(8),
+	"grok.rope.scaling.yarn_beta_slow":          float32(1),
+}
+
+// By default the engine ignores a Grok-2 file's YaRN keys (plain RoPE, as
+// SGLang) and says so in Warnings: the logits are the golden ones, bit for
+// bit those of the file without the keys.
 func TestGrok2RopeScalingIgnored(t *testing.T) {
-	path := rewriteFrom(t, filepath.Join(grok2Dir, "grok2-tiny.gguf"), map[string]any{
-		"grok.rope.scaling.type":                    "yarn",
-		"grok.rope.scaling.factor":                  float32(16),
-		"grok.rope.scaling.original_context_length": uint32(8192),
-	}, "", "")
-	m, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if len(m.Warnings) != 1 || !strings.Contains(m.Warnings[0], "grok.rope.scaling.type") || !strings.Contains(m.Warnings[0], "plain RoPE") {
-		t.Errorf("warnings %q, want one about the ignored RoPE scaling", m.Warnings)
-	}
 	toks := testmodel.ReadTokens(t, grok2Dir)["len64"]
-	got, err := testmodel.FullLogits(m.LanguageModel, toks)
-	if err != nil {
-		t.Fatal(err)
+	logits := func(path string, opt Options) ([]float32, *Model) {
+		m, err := Open(path, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		got, err := testmodel.FullLogits(m.LanguageModel, toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, m
 	}
-	compareLogits(t, got, testmodel.ReadLogits(t, filepath.Join(grok2Dir, "xai", "logits_len64.f32")), m.Config.VocabSize, goldenMaxAbs)
+	plain, _ := logits(filepath.Join(grok2Dir, "grok2-tiny.gguf"), Options{})
+	path := rewriteFrom(t, filepath.Join(grok2Dir, "grok2-tiny.gguf"), grok2YarnKeys, "", "")
+	for _, rs := range []string{"", "none"} {
+		got, m := logits(path, Options{RopeScaling: rs})
+		if len(m.Warnings) != 1 || !strings.Contains(m.Warnings[0], "grok.rope.scaling.type") || !strings.Contains(m.Warnings[0], "plain RoPE") {
+			t.Errorf("%q: warnings %q, want one about the ignored RoPE scaling", rs, m.Warnings)
+		}
+		if m.Config.Yarn.On() {
+			t.Errorf("%q: YaRN on: %+v", rs, m.Config.Yarn)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(plain[i]) {
+				t.Fatalf("%q: logit %d is %v, %v without the YaRN keys", rs, i, got[i], plain[i])
+			}
+		}
+	}
+	compareLogits(t, plain, testmodel.ReadLogits(t, filepath.Join(grok2Dir, "xai", "logits_len64.f32")), 512, goldenMaxAbs)
+	// With --rope-scaling yarn the keys act, and move the logits.
+	got, m := logits(path, Options{RopeScaling: "yarn"})
+	if len(m.Warnings) != 0 || !m.Config.Yarn.On() {
+		t.Fatalf("yarn: warnings %q, config %+v", m.Warnings, m.Config.Yarn)
+	}
+	if d := maxAbsDiff(got, plain); d < 0.1 {
+		t.Errorf("YaRN moved the logits by only %g", d)
+	}
+}
+
+// --rope-scaling yarn reads the keys as llama.cpp does for arch grok:
+// its defaults for absent keys (beta_fast 8, beta_slow 1, ext_factor 1,
+// the original context = context_length), and an attn_factor that cancels
+// ggml's own 1 + 0.1·ln(factor) when ext_factor ≠ 0, times
+// rope.scaling.attn_factor.
+func TestGrok2RopeScalingYarn(t *testing.T) {
+	cancel := func(s float64) float32 {
+		m := 0.1*float32(math.Log(s)) + 1
+		return m * (1 / (1 + 0.1*float32(math.Log(s))))
+	}
+	with := func(kv map[string]any) map[string]any {
+		out := map[string]any{}
+		for k, v := range grok2YarnKeys {
+			out[k] = v
+		}
+		for k, v := range kv {
+			out[k] = v
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		kv   map[string]any
+		want model.YarnScaling
+	}{
+		{"llama.cpp's conversion", grok2YarnKeys, model.YarnScaling{Factor: 16, OrigContext: 8192, ExtFactor: 1, AttnFactor: cancel(16), BetaFast: 8, BetaSlow: 1}},
+		{"only type and factor", map[string]any{"grok.rope.scaling.type": "yarn", "grok.rope.scaling.factor": float32(4)},
+			model.YarnScaling{Factor: 4, OrigContext: 256, ExtFactor: 1, AttnFactor: cancel(4), BetaFast: 8, BetaSlow: 1}},
+		{"ext_factor 0", with(map[string]any{"grok.rope.scaling.yarn_ext_factor": float32(0), "grok.rope.scaling.yarn_attn_factor": float32(0.9)}),
+			model.YarnScaling{Factor: 16, OrigContext: 8192, ExtFactor: 0, AttnFactor: 0.9, BetaFast: 8, BetaSlow: 1}},
+		{"rope attn_factor", with(map[string]any{"grok.rope.scaling.attn_factor": float32(0.5), "grok.rope.scaling.yarn_beta_fast": float32(32)}),
+			model.YarnScaling{Factor: 16, OrigContext: 8192, ExtFactor: 1, AttnFactor: cancel(16) * 0.5, BetaFast: 32, BetaSlow: 1}},
+		{"no factor", map[string]any{"grok.rope.scaling.type": "yarn"},
+			model.YarnScaling{Factor: 1, OrigContext: 256, ExtFactor: 1, AttnFactor: 1 / (1 + 0.1*float32(math.Log(1))), BetaFast: 8, BetaSlow: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Open(rewriteFrom(t, filepath.Join(grok2Dir, "grok2-tiny.gguf"), tc.kv, "", ""), Options{RopeScaling: "yarn"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if m.Config.Yarn != tc.want {
+				t.Errorf("Yarn = %+v, want %+v", m.Config.Yarn, tc.want)
+			}
+			if m.Transformer.Layers[0].Attention.Rotary.Yarn != tc.want {
+				t.Errorf("the layers' RoPE has %+v", m.Transformer.Layers[0].Attention.Rotary.Yarn)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, path, rs, want string
+	}{
+		{"file without YaRN", filepath.Join(grok2Dir, "grok2-tiny.gguf"), "yarn", "grok.rope.scaling.type is absent"},
+		{"unknown scaling", filepath.Join(grok2Dir, "grok2-tiny.gguf"), "linear", `unknown RoPE scaling "linear"`},
+		{"not a GGUF", "../testdata/hf-safetensors-tiny", "yarn", "applies a GGUF file's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Open(tc.path, Options{RopeScaling: tc.rs})
+			if err == nil {
+				m.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
 }
 
 // The final soft-cap acts wherever a file sets it, Grok-1 files included:
@@ -245,4 +345,13 @@ func TestGrok2ModelErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// maxAbsDiff is the largest |a[i] - b[i]|.
+func maxAbsDiff(a, b []float32) float64 {
+	d := 0.0
+	for i := range a {
+		d = math.Max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return d
 }

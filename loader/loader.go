@@ -45,6 +45,28 @@ type Options struct {
 	// mapped slices instead of being joined in memory. Other formats map
 	// their tensors as they are and load as without it.
 	WeightsOnly bool
+	// RopeScaling is "" or "none" (the default: a GGUF's rope.scaling.*
+	// keys are not applied, as SGLang runs Grok-2) or "yarn": apply the
+	// file's YaRN keys as llama.cpp reads them (semantics §G3).
+	RopeScaling string
+}
+
+// RopeScalings lists the values Options.RopeScaling accepts.
+const RopeScalings = "none|yarn"
+
+// checkRopeScaling refuses an Options.RopeScaling the loader does not
+// know, and YaRN for a format that carries no keys for it.
+func checkRopeScaling(opt Options, format string) error {
+	switch opt.RopeScaling {
+	case "", "none":
+		return nil
+	case "yarn":
+		if format != "gguf" {
+			return fmt.Errorf("loader: --rope-scaling yarn applies a GGUF file's grok.rope.scaling.* keys; this model is %s (convert it with llama.cpp's converter to get them)", format)
+		}
+		return nil
+	}
+	return fmt.Errorf("loader: unknown RoPE scaling %q (want %s)", opt.RopeScaling, RopeScalings)
 }
 
 // newModel builds the model of cfg over src as opt asks: whole, split in
@@ -107,15 +129,22 @@ func Open(path string, opt Options) (*Model, error) {
 		return nil, err
 	}
 	if st.IsDir() {
-		switch detectDir(path) {
-		case "xai":
-			return openXAI(path, opt)
-		case "safetensors":
+		switch f := detectDir(path); f {
+		case "xai", "safetensors":
+			if err := checkRopeScaling(opt, f); err != nil {
+				return nil, err
+			}
+			if f == "xai" {
+				return openXAI(path, opt)
+			}
 			return openSafetensors(path, opt)
 		}
 		return nil, fmt.Errorf("loader: %s: %w in this folder (want ckpt-0/, *.safetensors or a GGUF file)", path, errNoFormat)
 	}
 	if strings.HasSuffix(path, ".safetensors") || strings.HasSuffix(path, ".index.json") {
+		if err := checkRopeScaling(opt, "safetensors"); err != nil {
+			return nil, err
+		}
 		return openSafetensors(path, opt)
 	}
 	magic := make([]byte, 4)
@@ -133,6 +162,9 @@ func Open(path string, opt Options) (*Model, error) {
 
 // openGGUF opens a GGUF model: one file, gguf-split shards or byte parts.
 func openGGUF(path string, opt Options) (*Model, error) {
+	if err := checkRopeScaling(opt, "gguf"); err != nil {
+		return nil, err
+	}
 	f, err := gguf.OpenModel(path)
 	if err != nil {
 		return nil, err
@@ -160,6 +192,9 @@ func FromGGUFBytes(data []byte, name string) (*Model, error) {
 // FromGGUFBytesWith is FromGGUFBytes with options (the tokenizer and
 // preset options do not apply).
 func FromGGUFBytesWith(data []byte, name string, opt Options) (*Model, error) {
+	if err := checkRopeScaling(opt, "gguf"); err != nil {
+		return nil, err
+	}
 	f, err := gguf.Parse(data)
 	if err != nil {
 		return nil, err
@@ -168,7 +203,7 @@ func FromGGUFBytesWith(data []byte, name string, opt Options) (*Model, error) {
 }
 
 func fromGGUF(f *gguf.File, path string, opt Options) (*Model, error) {
-	cfg, warns, err := configFromGGUF(f)
+	cfg, warns, err := configFromGGUF(f, opt.RopeScaling == "yarn")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -59,7 +59,26 @@ type Config struct {
 	// the unembedding is output.weight if the weights have one, else the
 	// embedding (Grok-1 ties them).
 	UntiedOutput bool
+	// Yarn replaces plain RoPE by YaRN as llama.cpp computes it for a GGUF
+	// with rope.scaling.type yarn (semantics §G3). Its zero value, the
+	// default, is plain RoPE: SGLang's reading of Grok-2's "original".
+	Yarn YarnScaling
 }
+
+// YarnScaling holds YaRN's RoPE parameters as llama.cpp hands them to
+// ggml_rope_ext (llama-context.cpp, from the GGUF keys the loader reads);
+// Tables applies them as ggml's rope_yarn does. Factor 0 means none.
+type YarnScaling struct {
+	Factor      float32 // rope.scaling.factor s: frequencies interpolate to θ/s (freq_scale 1/s)
+	OrigContext int     // n_ctx_orig: the training context the correction dims are measured in
+	ExtFactor   float32 // ext_factor: weight of the extrapolation ramp (0: pure interpolation)
+	AttnFactor  float32 // attn_factor: cos and sin are scaled by it, times 1 + 0.1·ln s when ExtFactor ≠ 0
+	BetaFast    float32 // beta_fast: rotations at the low correction dim
+	BetaSlow    float32 // beta_slow: rotations at the high correction dim
+}
+
+// On reports whether YaRN is in use.
+func (y YarnScaling) On() bool { return y.Factor != 0 }
 
 // FFNSizeFromWidening is model.py's ffn_size (85-89):
 // int(widening_factor·emb_size)·2//3, rounded up to a multiple of 8.
@@ -180,6 +199,22 @@ func (c *Config) Validate() error {
 	}
 	if c.RouterLogitCap > 0 && c.NumExperts <= 1 {
 		errs = append(errs, fmt.Errorf("router logit cap %v without a router (num_experts %d)", c.RouterLogitCap, c.NumExperts))
+	}
+	if y := c.Yarn; y.On() {
+		for _, f := range []struct {
+			name string
+			v    float32
+		}{{"yarn factor", y.Factor}, {"yarn attn_factor", y.AttnFactor}, {"yarn beta_fast", y.BetaFast}, {"yarn beta_slow", y.BetaSlow}} {
+			if !(f.v > 0) || math.IsInf(float64(f.v), 0) {
+				errs = append(errs, fmt.Errorf("%s must be a positive finite number, got %v", f.name, f.v))
+			}
+		}
+		if !(y.ExtFactor >= 0) || math.IsInf(float64(y.ExtFactor), 0) {
+			errs = append(errs, fmt.Errorf("yarn ext_factor must be a finite number ≥ 0, got %v", y.ExtFactor))
+		}
+		if y.OrigContext <= 0 {
+			errs = append(errs, fmt.Errorf("yarn original context length must be positive, got %d", y.OrigContext))
+		}
 	}
 	// L = 1 would divide by log2(1) = 0.
 	if c.AttnTemperatureLen < 0 || c.AttnTemperatureLen == 1 {

@@ -54,6 +54,15 @@ func TestValidate(t *testing.T) {
 		{"odd key size", func(c *model.Config) { c.KeySize = 7 }, "key_size must be even"},
 		{"top-k > experts", func(c *model.Config) { c.NumSelectedExperts = 5 }, "num_selected_experts"},
 		{"zero layers", func(c *model.Config) { c.NumLayers = 0 }, "num_layers must be positive"},
+		{"yarn without a context", func(c *model.Config) {
+			c.Yarn = model.YarnScaling{Factor: 16, ExtFactor: 1, AttnFactor: 1, BetaFast: 8, BetaSlow: 1}
+		}, "yarn original context length"},
+		{"yarn beta 0", func(c *model.Config) {
+			c.Yarn = model.YarnScaling{Factor: 16, OrigContext: 8192, ExtFactor: 1, AttnFactor: 1, BetaFast: 8}
+		}, "yarn beta_slow"},
+		{"yarn negative factor", func(c *model.Config) {
+			c.Yarn = model.YarnScaling{Factor: -2, OrigContext: 8192, AttnFactor: 1, BetaFast: 8, BetaSlow: 1}
+		}, "yarn factor"},
 		{"pad outside vocab", func(c *model.Config) { c.PadToken = 64 }, "pad_token"},
 		{"zero eps", func(c *model.Config) { c.RMSEps = 0 }, "rms_eps"},
 		{"negative cap", func(c *model.Config) { c.AttnLogitCap = -1 }, "cap"},

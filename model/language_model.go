@@ -117,7 +117,7 @@ func loadLayer(d *DecoderLayer, src TensorSource, c *Config, i int, sh *shardSta
 		heads, kvHeads = heads/sh.n, kvHeads/sh.n
 	}
 	*a = MultiHeadAttention{
-		Rotary:    RotaryEmbedding{KeySize: K, Base: c.RopeBase},
+		Rotary:    RotaryEmbedding{KeySize: K, Base: c.RopeBase, Yarn: c.Yarn},
 		NumQHeads: heads, NumKVHeads: kvHeads, KeySize: K,
 		AttnOutputMultiplier: c.AttnOutputMultiplier, AttnLogitCap: c.AttnLogitCap,
 		TemperatureLen: c.AttnTemperatureLen,

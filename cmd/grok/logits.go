@@ -157,16 +157,17 @@ func evalLogits(lm *model.LanguageModel, seqs [][]int, incremental bool) ([][]fl
 
 // modelFlags are the flags every model-using command shares.
 type modelFlags struct {
-	path, tokenizer, preset *string
+	path, tokenizer, preset, ropeScaling *string
 }
 
 func addModelFlags(fs interface {
 	String(name, value, usage string) *string
 }) *modelFlags {
 	return &modelFlags{
-		path:      fs.String("m", "", "model: a GGUF file, an xAI checkpoint folder, or safetensors (file or folder)"),
-		tokenizer: fs.String("tokenizer", "", "tokenizer.model for formats that do not embed one"),
-		preset:    fs.String("preset", "", "config preset for an xAI checkpoint without config.json (grok-1)"),
+		path:        fs.String("m", "", "model: a GGUF file, an xAI checkpoint folder, or safetensors (file or folder)"),
+		tokenizer:   fs.String("tokenizer", "", "tokenizer.model for formats that do not embed one"),
+		preset:      fs.String("preset", "", "config preset for an xAI checkpoint without config.json (grok-1)"),
+		ropeScaling: fs.String("rope-scaling", "none", "RoPE scaling: none (plain RoPE; a Grok-2 GGUF's YaRN keys are ignored, as SGLang runs it) or yarn (apply a GGUF's grok.rope.scaling.* keys as llama.cpp does)"),
 	}
 }
 
@@ -174,5 +175,5 @@ func (f *modelFlags) open(stderr io.Writer) (*loader.Model, error) {
 	if *f.path == "" {
 		return nil, usagef("-m MODEL is required")
 	}
-	return loader.Open(*f.path, loader.Options{Tokenizer: *f.tokenizer, Preset: *f.preset})
+	return loader.Open(*f.path, loader.Options{Tokenizer: *f.tokenizer, Preset: *f.preset, RopeScaling: *f.ropeScaling})
 }

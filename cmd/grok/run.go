@@ -95,6 +95,9 @@ func (g *genFlags) request(prompt []int) (req runner.Request, randomSeed bool) {
 // first tokens can be slow; the line tells the user why.
 func openModelOrDefault(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
 	if *mf.path == "" {
+		if rs := *mf.ropeScaling; rs != "" && rs != "none" {
+			return nil, usagef("--rope-scaling %s needs -m MODEL: the built-in demo model has plain RoPE", rs)
+		}
 		return loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
 	}
 	tty := isTerminal(stderr)

@@ -47,7 +47,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer, decod
 			return err
 		}
 	default:
-		mf := &modelFlags{path: mpath, tokenizer: new(string), preset: new(string)}
+		mf := &modelFlags{path: mpath, tokenizer: new(string), preset: new(string), ropeScaling: new(string)}
 		m, err := openModelOrDefault(mf, stderr)
 		if err != nil {
 			return err
