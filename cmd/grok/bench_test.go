@@ -237,3 +237,33 @@ func TestRoutingCeiling(t *testing.T) {
 		t.Errorf("dense, 4 streams: %g, want 4", got)
 	}
 }
+
+// make-model --config tiny-grok2 (medium-grok2's features at test size)
+// writes a Grok-2 model: it loads back with every Grok-2 field of its
+// config (dense MLP, soft-caps, temperature, untied output), and bench
+// measures it, counting the dense MLP's bytes.
+func TestBenchMakeModelGrok2(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "g2.gguf")
+	if _, e, code := grok(t, "make-model", p, "--config", "tiny-grok2", "--type", "q8_0"); code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	m, err := loader.Open(p, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if want := benchConfigs["tiny-grok2"]; m.Config != want {
+		t.Errorf("config %+v, want %+v", m.Config, want)
+	}
+	if len(m.Warnings) != 0 {
+		t.Errorf("warnings %q", m.Warnings)
+	}
+	b := m.DecodeStepBytes()
+	if b.DenseMLP == 0 || &m.Unembed.W.Data[0] == &m.Embed.W.Data[0] {
+		t.Errorf("dense MLP bytes %d, unembedding tied: %v", b.DenseMLP, &m.Unembed.W.Data[0] == &m.Embed.W.Data[0])
+	}
+	o, e, code := grok(t, "bench", "-m", p, "-p", "4", "-n", "3", "-r", "1", "--bw-mb", "8")
+	if code != 0 || !strings.Contains(o, "roofline") {
+		t.Errorf("bench: exit %d: %s %s", code, o, e)
+	}
+}

@@ -24,12 +24,12 @@ func init() {
 	})
 }
 
-const makeModelUsage = "PATH [--config medium|grok-1|tiny] [--layers N] [--type f32|f16|q8_0] [--seed 1]"
+const makeModelUsage = "PATH [--config medium|medium-grok2|grok-1|tiny|tiny-grok2] [--layers N] [--type f32|f16|q8_0] [--seed 1]"
 
 func runMakeModel(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("make-model", makeModelUsage, stderr)
 	typ := fs.String("type", "f16", "weight type of the matrices: f32, f16 or q8_0")
-	config := fs.String("config", "medium", "medium (the reference figures' model), grok-1 (the real shapes) or tiny")
+	config := fs.String("config", "medium", "medium (the reference figures' model), medium-grok2 (medium as Grok-2), grok-1 (the real shapes), tiny or tiny-grok2")
 	layers := fs.Int("layers", 0, "decoder layers (0 = the configuration's; grok-1 has 64)")
 	seed := fs.Uint64("seed", 1, "random seed of the weights")
 	pos, err := parseInterspersed(fs, args)
@@ -61,7 +61,8 @@ func writeBenchModel(path, config, typ string, layers int, seed uint64, stderr i
 
 // benchConfigs are the random models `grok make-model` writes.
 // "medium" is the model bench/README.md's figures (ours and llama.cpp's)
-// were measured on; "tiny" is for tests.
+// were measured on, "medium-grok2" its Grok-2 counterpart; "tiny" and
+// "tiny-grok2" are for tests.
 var benchConfigs = map[string]model.Config{
 	"medium": {
 		VocabSize: 32768, EmbSize: 1536, KeySize: 128, NumQHeads: 12, NumKVHeads: 2, NumLayers: 4,
@@ -69,6 +70,18 @@ var benchConfigs = map[string]model.Config{
 		AttnOutputMultiplier: 0.08838834764831845, EmbeddingMultiplierScale: 78.38367176906169,
 		OutputMultiplierScale: 0.5773502691896257, AttnLogitCap: 30,
 		PadToken: 0, EOSToken: 2, RopeBase: 10000, RMSEps: 1e-5,
+	},
+	// medium with Grok-2's features (semantics §G): a dense MLP beside the
+	// experts, router and final soft-caps, attention temperature, an
+	// untied output, Grok-2's RoPE base and multipliers, and its widths'
+	// proportions (experts 2·D, dense MLP 4·D).
+	"medium-grok2": {
+		VocabSize: 32768, EmbSize: 1536, KeySize: 128, NumQHeads: 12, NumKVHeads: 2, NumLayers: 4,
+		FFNSize: 3072, NumExperts: 8, NumSelectedExperts: 2, SequenceLen: 4096,
+		AttnOutputMultiplier: 0.08838834764831845, EmbeddingMultiplierScale: 90.50966799187809,
+		OutputMultiplierScale: 0.5, AttnLogitCap: 30,
+		PadToken: 0, EOSToken: 2, RopeBase: 208533496, RMSEps: 1e-5,
+		DenseFFNSize: 6144, RouterLogitCap: 30, FinalLogitCap: 50, AttnTemperatureLen: 1024, UntiedOutput: true,
 	},
 	// One file of real Grok-1 shapes; --layers 1 makes the one-layer model
 	// whose prefill and decode the speed issue measures (11.5 GB in F16).
@@ -86,6 +99,14 @@ var benchConfigs = map[string]model.Config{
 		OutputMultiplierScale: 0.5773502691896257, AttnLogitCap: 30,
 		PadToken: 0, EOSToken: 2, RopeBase: 10000, RMSEps: 1e-5,
 	},
+	"tiny-grok2": {
+		VocabSize: 512, EmbSize: 64, KeySize: 16, NumQHeads: 4, NumKVHeads: 2, NumLayers: 2,
+		FFNSize: 128, NumExperts: 4, NumSelectedExperts: 2, SequenceLen: 256,
+		AttnOutputMultiplier: 0.25, EmbeddingMultiplierScale: 8,
+		OutputMultiplierScale: 0.5, AttnLogitCap: 30,
+		PadToken: 0, EOSToken: 2, RopeBase: 208533496, RMSEps: 1e-5,
+		DenseFFNSize: 256, RouterLogitCap: 30, FinalLogitCap: 50, AttnTemperatureLen: 8, UntiedOutput: true,
+	},
 }
 
 // makeBenchModel writes a random model of config name to path with its
@@ -101,7 +122,7 @@ var benchConfigs = map[string]model.Config{
 func makeBenchModel(path, config string, dt tensor.DType, layers int, seed uint64) error {
 	c, ok := benchConfigs[config]
 	if !ok {
-		return usagef("unknown --config %q (medium, grok-1 or tiny)", config)
+		return usagef("unknown --config %q (medium, medium-grok2, grok-1, tiny or tiny-grok2)", config)
 	}
 	if layers > 0 {
 		c.NumLayers = layers
@@ -179,22 +200,41 @@ func makeBenchModel(path, config string, dt tensor.DType, layers int, seed uint6
 	if err := add("output_norm.weight", tensor.F32, []int{D}, uniform); err != nil {
 		return err
 	}
+	if c.UntiedOutput {
+		if err := add("output.weight", dt, []int{c.VocabSize, D}, normal(1/math.Sqrt(float64(D)))); err != nil {
+			return err
+		}
+	}
+	Fd := c.DenseFFNSize // the dense MLP beside the experts, or a dense model's
+	if Fd == 0 {
+		Fd = F
+	}
 	for l := 0; l < c.NumLayers; l++ {
-		p := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", l, s) }
-		for _, err := range []error{
-			add(p("attn_norm"), tensor.F32, []int{D}, uniform),
-			mat(p("attn_q"), qd, D),
-			mat(p("attn_k"), kd, D),
-			mat(p("attn_v"), kd, D),
-			mat(p("attn_output"), D, qd),
-			add(p("attn_output_norm"), tensor.F32, []int{D}, uniform),
-			add(p("ffn_norm"), tensor.F32, []int{D}, uniform),
-			add(p("ffn_gate_inp"), tensor.F32, []int{E, D}, normal(1/math.Sqrt(float64(D)))),
-			mat(p("ffn_gate_exps"), E, F, D),
-			mat(p("ffn_up_exps"), E, F, D),
-			mat(p("ffn_down_exps"), E, D, F),
-			add(p("layer_output_norm"), tensor.F32, []int{D}, uniform),
-		} {
+		for _, s := range loader.LayerTensors(&c) {
+			name := fmt.Sprintf("blk.%d.%s.weight", l, s)
+			var err error
+			switch s {
+			case "attn_norm", "attn_output_norm", "ffn_norm", "layer_output_norm", "post_ffw_norm":
+				err = add(name, tensor.F32, []int{D}, uniform)
+			case "attn_q":
+				err = mat(name, qd, D)
+			case "attn_k", "attn_v":
+				err = mat(name, kd, D)
+			case "attn_output":
+				err = mat(name, D, qd)
+			case "ffn_gate_inp":
+				err = add(name, tensor.F32, []int{E, D}, normal(1/math.Sqrt(float64(D))))
+			case "ffn_gate_exps", "ffn_up_exps":
+				err = mat(name, E, F, D)
+			case "ffn_down_exps":
+				err = mat(name, E, D, F)
+			case "ffn_gate", "ffn_up":
+				err = mat(name, Fd, D)
+			case "ffn_down":
+				err = mat(name, D, Fd)
+			default:
+				err = fmt.Errorf("make-model: no generator for %s", name)
+			}
 			if err != nil {
 				return err
 			}
