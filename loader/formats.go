@@ -108,6 +108,12 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 	if math.IsNaN(float64(cfg.AttnLogitCap)) {
 		cfg.AttnLogitCap = 30
 	}
+	if opt.RopeScaling == "yarn" {
+		if cfg.Yarn, err = yarnFromHF(sc); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	var lm *model.LanguageModel
 	if opt.WeightsOnly {
 		err = cfg.Validate()
@@ -192,3 +198,26 @@ func describe(name, canon string, t *tensor.Tensor) TensorDesc {
 }
 
 var errNoFormat = errors.New("no model format recognised")
+
+// yarnFromHF is YaRN for a Hugging Face Grok-2 config as llama.cpp runs
+// the GGUF its converter writes from it (conversion/grok.py: rope_type
+// "original" or "yarn" becomes rope.scaling.type yarn with the six keys
+// below; no rope.scaling.attn_factor), read as yarnFromGGUF reads that file.
+func yarnFromHF(sc *safetensors.Config) (model.YarnScaling, error) {
+	if sc.RopeType != "original" && sc.RopeType != "yarn" {
+		rt := "absent"
+		if sc.RopeType != "" {
+			rt = fmt.Sprintf("%q", sc.RopeType)
+		}
+		return model.YarnScaling{}, fmt.Errorf("--rope-scaling yarn: config.json's rope_type is %s; llama.cpp's converter writes YaRN only for \"original\" and \"yarn\"", rt)
+	}
+	y := sc.Yarn
+	if len(y.Missing) > 0 {
+		return model.YarnScaling{}, fmt.Errorf("--rope-scaling yarn: config.json lacks %s, which llama.cpp's converter writes as the YaRN keys", strings.Join(y.Missing, ", "))
+	}
+	if y.OriginalMaxPositions <= 0 || y.OriginalMaxPositions > math.MaxInt32 {
+		return model.YarnScaling{}, fmt.Errorf("--rope-scaling yarn: original_max_position_embeddings = %d", y.OriginalMaxPositions)
+	}
+	return llamaYarn(float32(y.ScalingFactor), y.OriginalMaxPositions, float32(y.ExtrapolationFactor), float32(y.AttnFactor), 1,
+		float32(y.BetaFast), float32(y.BetaSlow)), nil
+}

@@ -309,22 +309,29 @@ func yarnFromGGUF(f *gguf.File, ctx int) (model.YarnScaling, error) {
 			factor = float32(v)
 		}
 	}
+	orig := ctx
+	if v, ok := f.Int("grok.rope.scaling.original_context_length"); ok && v > 0 && v <= math.MaxInt32 {
+		orig = int(v)
+	}
+	return llamaYarn(factor, orig, get("yarn_ext_factor", -1), get("yarn_attn_factor", 1), get("attn_factor", 1),
+		get("yarn_beta_fast", defaultYarnBetaFast), get("yarn_beta_slow", defaultYarnBetaSlow)), nil
+}
+
+// llamaYarn is what llama_context hands ggml_rope_ext (llama-context.cpp)
+// for a model whose YaRN hparams are these: freq_scale 1/factor (factor 0
+// means 1), ext_factor 1 when unset (negative), and when ext_factor ≠ 0
+// an attn_factor of mscale(factor)/(1 + 0.1·ln factor), which cancels the
+// 1 + 0.1·ln(factor) ggml's rope_yarn applies itself, instead of
+// yarnAttn; both times ropeAttn (rope.scaling.attn_factor).
+func llamaYarn(factor float32, orig int, ext, yarnAttn, ropeAttn, betaFast, betaSlow float32) model.YarnScaling {
 	freqScale := float32(1)
 	if factor != 0 {
 		freqScale = 1 / factor
 	}
-	y.Factor = 1 / freqScale // llama.cpp's factor, as the context derives it
-	y.OrigContext = ctx
-	if v, ok := f.Int("grok.rope.scaling.original_context_length"); ok && v > 0 && v <= math.MaxInt32 {
-		y.OrigContext = int(v)
-	}
-	y.ExtFactor = get("yarn_ext_factor", -1)
-	if y.ExtFactor < 0 { // llama.cpp: negative means unset, 1 for yarn
+	y := model.YarnScaling{Factor: 1 / freqScale, OrigContext: orig, ExtFactor: ext, AttnFactor: yarnAttn, BetaFast: betaFast, BetaSlow: betaSlow}
+	if y.ExtFactor < 0 {
 		y.ExtFactor = 1
 	}
-	y.BetaFast = get("yarn_beta_fast", defaultYarnBetaFast)
-	y.BetaSlow = get("yarn_beta_slow", defaultYarnBetaSlow)
-	y.AttnFactor = get("yarn_attn_factor", 1)
 	if y.ExtFactor != 0 {
 		mscale := float32(1)
 		if y.Factor > 1 {
@@ -332,6 +339,6 @@ func yarnFromGGUF(f *gguf.File, ctx int) (model.YarnScaling, error) {
 		}
 		y.AttnFactor = mscale * (1 / (1 + 0.1*float32(math.Log(float64(y.Factor)))))
 	}
-	y.AttnFactor *= get("attn_factor", 1)
-	return y, nil
+	y.AttnFactor *= ropeAttn
+	return y
 }

@@ -289,7 +289,8 @@ func TestGrok2RopeScalingYarn(t *testing.T) {
 	}{
 		{"file without YaRN", filepath.Join(grok2Dir, "grok2-tiny.gguf"), "yarn", "grok.rope.scaling.type is absent"},
 		{"unknown scaling", filepath.Join(grok2Dir, "grok2-tiny.gguf"), "linear", `unknown RoPE scaling "linear"`},
-		{"not a GGUF", "../testdata/hf-safetensors-tiny", "yarn", "applies a GGUF file's"},
+		{"Grok-1 safetensors", "../testdata/hf-safetensors-tiny", "yarn", "rope_type is absent"},
+		{"xAI checkpoint", "../testdata/xai-ckpt-tiny", "yarn", "an xAI checkpoint has none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := Open(tc.path, Options{RopeScaling: tc.rs})

@@ -46,8 +46,9 @@ type Options struct {
 	// their tensors as they are and load as without it.
 	WeightsOnly bool
 	// RopeScaling is "" or "none" (the default: a GGUF's rope.scaling.*
-	// keys are not applied, as SGLang runs Grok-2) or "yarn": apply the
-	// file's YaRN keys as llama.cpp reads them (semantics §G3).
+	// keys, or Grok-2 config.json's YaRN keys, are not applied, as SGLang
+	// runs Grok-2) or "yarn": apply them as llama.cpp reads them (for
+	// config.json: as it reads the GGUF its converter writes; semantics §G3).
 	RopeScaling string
 }
 
@@ -61,8 +62,8 @@ func checkRopeScaling(opt Options, format string) error {
 	case "", "none":
 		return nil
 	case "yarn":
-		if format != "gguf" {
-			return fmt.Errorf("loader: --rope-scaling yarn applies a GGUF file's grok.rope.scaling.* keys; this model is %s (convert it with llama.cpp's converter to get them)", format)
+		if format == "xai" {
+			return errors.New("loader: --rope-scaling yarn applies the YaRN keys of a GGUF file or of Grok-2's config.json; an xAI checkpoint has none")
 		}
 		return nil
 	}

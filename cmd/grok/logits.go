@@ -167,7 +167,7 @@ func addModelFlags(fs interface {
 		path:        fs.String("m", "", "model: a GGUF file, an xAI checkpoint folder, or safetensors (file or folder)"),
 		tokenizer:   fs.String("tokenizer", "", "tokenizer.model for formats that do not embed one"),
 		preset:      fs.String("preset", "", "config preset for an xAI checkpoint without config.json (grok-1)"),
-		ropeScaling: fs.String("rope-scaling", "none", "RoPE scaling: none (plain RoPE; a Grok-2 GGUF's YaRN keys are ignored, as SGLang runs it) or yarn (apply a GGUF's grok.rope.scaling.* keys as llama.cpp does)"),
+		ropeScaling: fs.String("rope-scaling", "none", "RoPE scaling: none (plain RoPE; Grok-2's YaRN keys are ignored, as SGLang runs it) or yarn (apply a GGUF's grok.rope.scaling.* keys, or Grok-2 config.json's, as llama.cpp does)"),
 	}
 }
 

@@ -59,10 +59,31 @@ type Config struct {
 	FinalLogitCap      float64 // final_logit_softcapping (default 0: none)
 	AttnTemperatureLen int     // attn_temperature_len (default 0; -1, SGLang's "off", reads as 0)
 
+	// RopeType is rope_type ("" if absent): "original" (Grok-2, plain RoPE
+	// in SGLang) or "default". Yarn holds the YaRN keys beside it, which
+	// only a caller applying YaRN uses (--rope-scaling yarn, as llama.cpp's
+	// converter writes them into a GGUF).
+	RopeType string
+	Yarn     YarnConfig
+
 	// Defaulted lists the config.json keys that were absent and got the
 	// default noted above, so that a caller can warn: a Grok model without
 	// its multipliers computes something else.
 	Defaulted []string
+}
+
+// YarnConfig is xai-org/grok-2's YaRN keys, which llama.cpp's converter
+// (conversion/grok.py) writes as GGUF rope.scaling.* keys for rope_type
+// "original" or "yarn".
+type YarnConfig struct {
+	ScalingFactor        float64 // scaling_factor → rope.scaling.factor
+	OriginalMaxPositions int     // original_max_position_embeddings → rope.scaling.original_context_length
+	ExtrapolationFactor  float64 // extrapolation_factor → rope.scaling.yarn_ext_factor
+	AttnFactor           float64 // attn_factor → rope.scaling.yarn_attn_factor
+	BetaFast, BetaSlow   float64 // beta_fast, beta_slow → rope.scaling.yarn_beta_fast, _slow
+	// Missing lists the keys above that config.json lacks (llama.cpp's
+	// converter needs them all).
+	Missing []string
 }
 
 // configJSON holds the raw keys; pointers tell absent from zero. Token ids
@@ -98,6 +119,12 @@ type configJSON struct {
 	EOSTokenID               json.RawMessage `json:"eos_token_id"`
 	TieWordEmbeddings        *bool           `json:"tie_word_embeddings"`
 	ResidualMoE              *bool           `json:"residual_moe"`
+	ScalingFactor            *float64        `json:"scaling_factor"`
+	OriginalMaxPositions     *int            `json:"original_max_position_embeddings"`
+	ExtrapolationFactor      *float64        `json:"extrapolation_factor"`
+	AttnFactor               *float64        `json:"attn_factor"`
+	BetaFast                 *float64        `json:"beta_fast"`
+	BetaSlow                 *float64        `json:"beta_slow"`
 }
 
 // readSmallFile reads a JSON side file, refusing absurd sizes before
@@ -212,6 +239,29 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if j.AttnTemperatureLen != nil && *j.AttnTemperatureLen > 0 {
 		c.AttnTemperatureLen = *j.AttnTemperatureLen
+	}
+	if j.RopeType != nil {
+		c.RopeType = *j.RopeType
+	}
+	y := &c.Yarn
+	for _, k := range []struct {
+		key string
+		src *float64
+		dst *float64
+	}{
+		{"scaling_factor", j.ScalingFactor, &y.ScalingFactor}, {"extrapolation_factor", j.ExtrapolationFactor, &y.ExtrapolationFactor},
+		{"attn_factor", j.AttnFactor, &y.AttnFactor}, {"beta_fast", j.BetaFast, &y.BetaFast}, {"beta_slow", j.BetaSlow, &y.BetaSlow},
+	} {
+		if k.src == nil {
+			y.Missing = append(y.Missing, k.key)
+			continue
+		}
+		*k.dst = *k.src
+	}
+	if j.OriginalMaxPositions != nil {
+		y.OriginalMaxPositions = *j.OriginalMaxPositions
+	} else {
+		y.Missing = append(y.Missing, "original_max_position_embeddings")
 	}
 	if j.RopeType != nil && *j.RopeType != "original" && *j.RopeType != "default" {
 		// "original" is plain RoPE (semantics §G3): SGLang's other methods
