@@ -112,8 +112,11 @@ func TestConvertTPMemoryBound(t *testing.T) {
 	c := grok2Wide()
 	expertBytes := int64(c.NumLayers * c.NumExperts * 3 * c.FFNSize * c.EmbSize * 2)
 	dir := writeTP(t, c, 6)
-	for _, typ := range []Type{Keep, F16, Q8_0} {
+	for _, typ := range []Type{Keep, F16, BF16, Q8_0, Q4_K_M} {
 		t.Run(typ.String(), func(t *testing.T) {
+			if raceEnabled && typ > Q8_0 {
+				t.Skip("slow under the race detector")
+			}
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
