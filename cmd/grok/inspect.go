@@ -61,6 +61,10 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	} {
 		fmt.Fprintf(w, "%s\t%v\n", kv.k, kv.v)
 	}
+	if y := c.Yarn; y.On() {
+		fmt.Fprintf(w, "rope_scaling\tyarn (factor %g, original context %d, ext_factor %g, attn_factor %g, beta_fast %g, beta_slow %g)\n",
+			y.Factor, y.OrigContext, y.ExtFactor, y.AttnFactor, y.BetaFast, y.BetaSlow)
+	}
 	var params int64
 	for _, t := range m.Tensors() {
 		params += elements(t.Shape)

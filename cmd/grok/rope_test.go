@@ -72,6 +72,12 @@ func TestRopeScalingFlag(t *testing.T) {
 	if bytes.Equal(plain, yarn) {
 		t.Error("--rope-scaling yarn left the logits as they were")
 	}
+	if o, e, code := grok(t, "inspect", "-m", path, "--rope-scaling", "yarn"); code != 0 || !strings.Contains(o, "yarn (factor 16, original context 8192, ext_factor 1, attn_factor 1, beta_fast 8, beta_slow 1)") {
+		t.Errorf("inspect --rope-scaling yarn: exit %d: %s %s", code, o, e)
+	}
+	if o, _, _ := grok(t, "inspect", "-m", path); strings.Contains(o, "rope_scaling") {
+		t.Errorf("inspect without the option shows a RoPE scaling")
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
