@@ -36,6 +36,9 @@ type attnScratch struct {
 	k, v     []float32  // N×Hkv·K
 	cos, sin []float32  // N×K/2: each row's RoPE table, for every layer
 	scores   []float32  // per thread: G×S (G query heads a kv head)
+	kg, vg   []float32  // per thread: S×K, a kv head's keys and values decoded from the pages
+	okg      []bool     // per thread: S pad flags
+	capG     int        // S the gather buffers were sized for
 	items    []attnItem // work items of the call
 
 	ropeTabJob ropeTableTask
@@ -81,6 +84,11 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 			}
 		}
 	}
+	if ws.capG != ws.capS*K || len(ws.okg) != ws.threads*ws.capS {
+		ws.kg, ws.vg = make([]float32, ws.threads*ws.capS*K), make([]float32, ws.threads*ws.capS*K)
+		ws.okg = make([]bool, ws.threads*ws.capS)
+		ws.capG = ws.capS * K
+	}
 	ws.attnJob = attnTask{a: a, ws: ws, mem: mem, layer: l, q: q, o: o, scores: ws.scores, S: ws.capS}
 	ws.pool.Run(len(ws.items), 1, &ws.attnJob)
 	ws.attnJob = attnTask{}
@@ -90,7 +98,7 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 
 // attendGroup computes, for one query token, the outputs o of the G query
 // heads q that share one kv head, over that head's keys and values km, vm
-// ([SeqLen][K]); the token sees rows 0..len(ok)-1, and ok[j] says whether
+// (row-major, K values a row, decoded from the memory's pages); the token sees rows 0..len(ok)-1, and ok[j] says whether
 // key j is a real token (not a pad). scores is scratch of G·len(ok).
 //
 // Scores are q·k (no 1/√K) × attn_output_multiplier, then cap·tanh(s/cap),
@@ -176,10 +184,12 @@ func (t *attnTask) Run(worker, lo, hi int) {
 	K, Hq, Hkv := a.KeySize, a.NumQHeads, a.NumKVHeads
 	qd, G := Hq*K, Hq/Hkv
 	scratch := t.scores[worker*G*t.S : (worker+1)*G*t.S]
+	km, vm := ws.kg[worker*t.S*K:(worker+1)*t.S*K], ws.vg[worker*t.S*K:(worker+1)*t.S*K]
+	ok := ws.okg[worker*t.S : (worker+1)*t.S]
 	for _, it := range ws.items[lo:hi] {
 		s := ws.seqs[it.seq]
-		km, vm := t.mem.head(t.layer, s.slot, it.kvh)
-		ok := t.mem.keyOK[s.slot]
+		// The item's last token sees the most rows; its first ones a prefix.
+		t.mem.gather(t.layer, s.slot, it.kvh, s.start+it.t1, km, vm, ok)
 		for tok := it.t0; tok < it.t1; tok++ {
 			pos, r := s.start+tok, s.row+tok
 			h0 := r*qd + it.kvh*G*K // the G query heads of this kv head

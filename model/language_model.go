@@ -224,13 +224,14 @@ type Input struct {
 // logits: for each input in order, len(Tokens) rows if AllLogits else one row,
 // each of VocabSize floats. The returned slice is owned by the model and
 // valid until the next call. Inputs must name distinct slots. On error
-// nothing is written to the memory.
+// nothing is written to the memory; ErrNoPages means the pool lacks the
+// free pages the call needs (KVMemory.PagesNeeded).
 func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, error) {
 	if lm.tp != nil {
 		return lm.tp.forward(lm, mem, inputs)
 	}
 	c := &lm.Config
-	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || len(mem.k) != c.NumLayers {
+	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || mem.layers != c.NumLayers {
 		return nil, fmt.Errorf("model: KV memory was made for another model")
 	}
 	N, rows, err := checkInputs(c, mem, inputs)
@@ -282,6 +283,13 @@ func checkInputs(c *Config, mem *KVMemory, inputs []Input) (N, rows int, err err
 
 func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]float32, error) {
 	c := &lm.Config
+	if !mem.grouped {
+		// A NewTP group's shards share one page book; the group takes
+		// their pages (tp.go).
+		if err := mem.preparePages(inputs); err != nil {
+			return nil, err
+		}
+	}
 	ws := &lm.ws
 	ws.pool = lm.Pool
 	if ws.pool == nil {
@@ -304,7 +312,9 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 		for t, tok := range in.Tokens {
 			ws.rowSeq[r+t] = i
 			// model.py 1225: input_mask = tokens > pad_token, a key mask only.
-			mem.keyOK[in.Slot][start+t] = tok > c.PadToken
+			if !mem.grouped {
+				mem.setKeyOK(in.Slot, start+t, tok > c.PadToken)
+			}
 			e := h[(r+t)*D : (r+t+1)*D]
 			if tok < vlo || tok >= vhi {
 				clear(e) // another shard's row: the reduce below adds it
@@ -345,8 +355,10 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 		logits = ws.ensureLogits(rows, c.VocabSize)
 		ws.matmulCapped(xn, rows, c.OutputMultiplierScale, c.FinalLogitCap, []*Linear{&lm.Unembed}, logits)
 	}
-	for _, s := range ws.seqs {
-		mem.step[s.slot] = s.start + s.n
+	if !mem.grouped {
+		for _, s := range ws.seqs {
+			mem.step[s.slot] = s.start + s.n
+		}
 	}
 	return logits, nil
 }

@@ -116,9 +116,7 @@ func (t *ropeTask) Run(_, lo, hi int) {
 		}
 		for h := 0; h < Hkv; h++ {
 			kernels.Rope(t.k[r*kd+h*K:r*kd+(h+1)*K], cos, sin)
-			km, vm := t.mem.head(t.layer, s.slot, h)
-			copy(km[pos*K:(pos+1)*K], t.k[r*kd+h*K:])
-			copy(vm[pos*K:(pos+1)*K], t.v[r*kd+h*K:])
+			t.mem.write(t.layer, s.slot, h, pos, t.k[r*kd+h*K:r*kd+(h+1)*K], t.v[r*kd+h*K:r*kd+(h+1)*K])
 		}
 	}
 }

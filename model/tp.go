@@ -97,28 +97,38 @@ func (lm *LanguageModel) Shards() []*LanguageModel {
 
 // NewKVMemory allocates the model's KV memory (see the package function).
 // For NewTP's model it allocates each shard's kv heads and returns shard
-// 0's memory, which keeps the others: Reset, Truncate and Step then act on
-// it as on any memory, and Forward carries them over to the other shards.
+// 0's memory, which keeps the others.
 func (lm *LanguageModel) NewKVMemory(slots, seqLen int) (*KVMemory, error) {
+	return lm.NewPagedKVMemory(KVOptions{Slots: slots, SeqLen: seqLen})
+}
+
+// NewPagedKVMemory allocates the model's KV memory as o says (see the
+// package function). For NewTP's model it allocates each shard's kv heads
+// over one shared book of pages and returns shard 0's memory, which keeps
+// the others: Attach, Reset, Truncate and Step act on every shard at once.
+func (lm *LanguageModel) NewPagedKVMemory(o KVOptions) (*KVMemory, error) {
 	if lm.tp == nil {
-		return NewKVMemory(&lm.Config, slots, seqLen)
+		return NewPagedKVMemory(&lm.Config, o)
 	}
-	parts := make([]*KVMemory, len(lm.tp.shards))
-	for r, s := range lm.tp.shards {
-		m, err := NewKVMemory(&s.Config, slots, seqLen)
-		if err != nil {
-			return nil, err
-		}
-		parts[r] = m
+	if o.SeqLen <= 0 {
+		o.SeqLen = lm.Config.SequenceLen
 	}
-	parts[0].shards = parts
-	return parts[0], nil
+	m, err := NewPagedKVMemory(&lm.tp.shards[0].Config, o)
+	if err != nil {
+		return nil, err
+	}
+	parts := []*KVMemory{m}
+	for _, s := range lm.tp.shards[1:] {
+		parts = append(parts, newKVShard(&s.Config, m))
+	}
+	m.shards = parts
+	return m, nil
 }
 
 // shardMemories returns the shards' memories for mem: its own if
 // lm.NewKVMemory made it, or, for a memory of the whole model's shape
 // (NewKVMemory(&lm.Config, …)), memories of the shards' shape made on
-// first use (mem's own rows then stay unused).
+// first use over mem's book of pages (mem's own rows then stay unused).
 func (g *tpGroup) shardMemories(lm *LanguageModel, mem *KVMemory) ([]*KVMemory, error) {
 	c := &lm.Config
 	if mem.shards != nil {
@@ -127,16 +137,12 @@ func (g *tpGroup) shardMemories(lm *LanguageModel, mem *KVMemory) ([]*KVMemory, 
 		}
 		return mem.shards, nil
 	}
-	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || len(mem.k) != c.NumLayers {
+	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || mem.layers != c.NumLayers {
 		return nil, fmt.Errorf("model: KV memory was made for another model")
 	}
 	parts := make([]*KVMemory, len(g.shards))
 	for r, s := range g.shards {
-		m, err := NewKVMemory(&s.Config, mem.Slots, mem.SeqLen)
-		if err != nil {
-			return nil, err
-		}
-		parts[r] = m
+		parts[r] = newKVShard(&s.Config, mem)
 	}
 	mem.shards = parts
 	return parts, nil
@@ -149,26 +155,21 @@ func (g *tpGroup) forward(lm *LanguageModel, mem *KVMemory, inputs []Input) ([]f
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := checkInputs(&lm.Config, mem, inputs); err != nil {
+	if N, _, err := checkInputs(&lm.Config, mem, inputs); err != nil || N == 0 {
 		return nil, err
 	}
-	// Carry mem's Reset and Truncate over to the other shards' memories.
+	// The shards share mem's book of pages: the group takes the call's
+	// pages and writes the pad flags once, and the shards only their rows.
+	if err := mem.preparePages(inputs); err != nil {
+		return nil, err
+	}
 	for _, in := range inputs {
-		want := mem.Step(in.Slot)
-		for _, p := range parts {
-			if p == mem {
-				continue
-			}
-			switch st := p.Step(in.Slot); {
-			case st > want:
-				if err := p.Truncate(in.Slot, want); err != nil {
-					return nil, err
-				}
-			case st < want:
-				return nil, fmt.Errorf("model: slot %d holds %d rows, but a shard's memory only %d: the memory was written around the model", in.Slot, want, st)
-			}
+		for t, tok := range in.Tokens {
+			mem.setKeyOK(in.Slot, mem.step[in.Slot]+t, tok > lm.Config.PadToken)
 		}
 	}
+	mem.grouped = true
+	defer func() { mem.grouped = false }()
 	var wg sync.WaitGroup
 	for r := 1; r < len(g.shards); r++ {
 		wg.Add(1)
@@ -192,10 +193,8 @@ func (g *tpGroup) forward(lm *LanguageModel, mem *KVMemory, inputs []Input) ([]f
 	if err != nil {
 		return nil, err
 	}
-	if parts[0] != mem {
-		for _, in := range inputs {
-			mem.step[in.Slot] = parts[0].Step(in.Slot)
-		}
+	for _, in := range inputs {
+		mem.step[in.Slot] += len(in.Tokens)
 	}
 	return logits, nil
 }
