@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,21 +20,30 @@ import (
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/sampler"
+	"github.com/grok-go/grok/tensor"
 )
 
 // Stats are the engine's counters, for metrics.
 type Stats struct {
 	Requests, Finished, Cancelled, Rejected int64
 	PromptTokens, GeneratedTokens           int64
-	// CachedTokens counts prompt tokens taken from a slot's KV memory
-	// instead of prefilled (Options.NoPromptCache).
-	CachedTokens int64
+	// CachedTokens counts prompt tokens taken from the prefix cache
+	// instead of prefilled (Options.NoPromptCache); PrefillTokens counts
+	// the tokens that were prefilled, a preempted request's again.
+	CachedTokens, PrefillTokens int64
+	// Preempted counts requests that gave their KV pages back to let
+	// older ones grow, to be resumed (recomputed) when pages are free.
+	Preempted int64
 	// Steps counts batched forward calls; BatchRows sums the sequences in
 	// each, so BatchRows/Steps is the mean batch occupancy.
 	Steps, BatchRows int64
 	// ForwardTime is the time spent in the model's Forward.
 	ForwardTime           time.Duration
 	Queued, Active, Slots int
+	// KVPages is the pool's pages of model.PageRows tokens; KVPagesFree
+	// those no one holds, KVPagesCached those the prefix cache holds
+	// (some may be in use by running requests too).
+	KVPages, KVPagesFree, KVPagesCached int
 }
 
 // Engine runs requests on one model. Its loop goroutine is the only caller
@@ -42,6 +52,7 @@ type Engine struct {
 	lm   *model.LanguageModel
 	tok  Tokenizer
 	mem  *model.KVMemory
+	plan KVPlan
 	opts Options
 	eos  int
 
@@ -51,51 +62,102 @@ type Engine struct {
 	wake    chan struct{}
 	done    chan struct{}
 
-	slots []*Stream // loop-owned; nil = free
-	// held[i] is the tokens whose keys and values slot i's memory holds
-	// from its last request, in order (loop-owned).
-	held   [][]int
-	inputs []model.Input
-	rows   []*Stream
-	draws  []draw
+	slots    []*Stream    // loop-owned; nil = free
+	cache    *prefixCache // loop-owned; nil with Options.NoPromptCache
+	admitted int64        // admissions so far, to order the active requests (loop-owned)
+	inputs   []model.Input
+	rows     []*Stream
+	draws    []draw
 
 	sampleJob sampleTask
 
 	requests, finished, cancelled, rejected atomic.Int64
 	promptTok, genTok, steps, batchRows     atomic.Int64
-	cachedTok                               atomic.Int64
+	cachedTok, prefillTok, preempted        atomic.Int64
 	forwardNs                               atomic.Int64
 	active                                  atomic.Int64
+	pagesFree, pagesCached                  atomic.Int64
 }
 
-// FitContext returns the rows per slot New gives slots slots of c when asked
-// for context (0: the default, see Options.Context) under memoryLimit (0:
-// the memory the system has available), or the error New fails with.
-func FitContext(c *model.Config, slots, context int, memoryLimit int64) (int, error) {
-	if context > c.SequenceLen {
-		return 0, fmt.Errorf("runner: context %d exceeds the model's sequence_len %d", context, c.SequenceLen)
+// KVPlan is the KV memory New allocates: the context per slot (the most
+// tokens a request can have) and the pool's pages of model.PageRows rows.
+type KVPlan struct {
+	Context, Pages int
+	KType, VType   tensor.DType
+	Bytes          float64 // what the pool takes, pad flags included
+}
+
+// PageTokens is the tokens of one page of KV memory (model.PageRows).
+const PageTokens = model.PageRows
+
+// Tokens returns the tokens the pool holds.
+func (p KVPlan) Tokens() int { return p.Pages * model.PageRows }
+
+// PlanKV returns the KV memory New gives lm's config c for opts (see
+// Options.Context, Options.KVMemory and Options.KVTokens), or the error New
+// fails with: a *MemoryError when it does not fit the memory there is.
+func PlanKV(c *model.Config, opts Options) (KVPlan, error) {
+	p := KVPlan{KType: opts.KType, VType: opts.VType}
+	for _, t := range []tensor.DType{p.KType, p.VType} {
+		if err := model.CheckKVType(t, c.KeySize); err != nil {
+			return p, err
+		}
 	}
-	limit, known := float64(memoryLimit), memoryLimit > 0
+	slots, context := max(opts.Slots, 1), opts.Context
+	if context > c.SequenceLen {
+		return p, fmt.Errorf("runner: context %d exceeds the model's sequence_len %d", context, c.SequenceLen)
+	}
+	if opts.KVMemory < 0 || opts.KVTokens < 0 {
+		return p, fmt.Errorf("runner: a KV memory of %d bytes or %d tokens is negative", opts.KVMemory, opts.KVTokens)
+	}
+	page := model.KVPageBytes(c, p.KType, p.VType)
+	limit, known := float64(opts.MemoryLimit), opts.MemoryLimit > 0
 	if !known {
 		var avail int64
 		avail, known = sysmem.Available()
 		limit = float64(avail)
 	}
-	if context > 0 {
-		if need := model.KVMemoryBytes(c, slots, context); known && need > limit {
-			return 0, &MemoryError{Slots: slots, Context: context, Need: need, Available: limit}
+	if opts.KVTokens > 0 || opts.KVMemory > 0 {
+		if opts.KVTokens > 0 {
+			p.Pages = int(min((int64(opts.KVTokens)+model.PageRows-1)/model.PageRows, math.MaxInt32/model.PageRows))
+		} else {
+			p.Pages = int(min(float64(opts.KVMemory)/page, math.MaxInt32/model.PageRows))
 		}
-		return context, nil
+		tokens := p.Pages * model.PageRows
+		p.Bytes = float64(p.Pages) * page
+		if p.Pages == 0 {
+			return p, fmt.Errorf("runner: a KV memory of %d bytes holds not one page of %d tokens (%.0f bytes)", opts.KVMemory, model.PageRows, page)
+		}
+		if known && p.Bytes > limit {
+			return p, &MemoryError{Tokens: tokens, Need: p.Bytes, Available: limit}
+		}
+		if context == 0 {
+			context = min(c.SequenceLen, tokens)
+		} else if context > tokens {
+			return p, fmt.Errorf("runner: a context of %d tokens does not fit in a KV memory of %d tokens", context, tokens)
+		}
+		p.Context = context
+		return p, nil
+	}
+	if context > 0 {
+		p.Context, p.Pages = context, model.KVPages(slots, context)
+		p.Bytes = float64(p.Pages) * page
+		if known && p.Bytes > limit {
+			return p, &MemoryError{Slots: slots, Context: context, Need: p.Bytes, Available: limit}
+		}
+		return p, nil
 	}
 	context = c.SequenceLen
 	if known {
 		// Half: the mapped weights and the workspace need the rest.
-		context = min(context, model.MaxKVContext(c, slots, limit/2))
+		context = min(context, model.MaxKVContextTypes(c, slots, limit/2, p.KType, p.VType))
 	}
 	if context < 1 {
-		return 0, &MemoryError{Slots: slots, Context: 1, Need: model.KVMemoryBytes(c, slots, 1), Available: limit / 2}
+		return p, &MemoryError{Slots: slots, Context: 1, Need: float64(slots) * page, Available: limit / 2}
 	}
-	return context, nil
+	p.Context, p.Pages = context, model.KVPages(slots, context)
+	p.Bytes = float64(p.Pages) * page
+	return p, nil
 }
 
 // New starts an engine for lm. tok may be nil, in which case events carry
@@ -105,25 +167,31 @@ func New(lm *model.LanguageModel, tok Tokenizer, opts Options) (*Engine, error) 
 	if opts.Slots <= 0 {
 		opts.Slots = 1
 	}
-	var err error
-	if opts.Context, err = FitContext(c, opts.Slots, opts.Context, opts.MemoryLimit); err != nil {
+	plan, err := PlanKV(c, opts)
+	if err != nil {
 		return nil, err
 	}
+	opts.Context = plan.Context
 	if opts.MaxQueue <= 0 {
 		opts.MaxQueue = 64
 	}
 	if opts.PrefillChunk <= 0 {
 		opts.PrefillChunk = 256
 	}
-	mem, err := model.NewKVMemory(c, opts.Slots, opts.Context)
+	mem, err := model.NewPagedKVMemory(c, model.KVOptions{
+		Slots: opts.Slots, SeqLen: opts.Context, Pages: plan.Pages, KType: plan.KType, VType: plan.VType})
 	if err != nil {
 		return nil, err
 	}
 	e := &Engine{
-		lm: lm, tok: tok, mem: mem, opts: opts, eos: c.EOSToken,
+		lm: lm, tok: tok, mem: mem, opts: opts, eos: c.EOSToken, plan: plan,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
-		slots: make([]*Stream, opts.Slots), held: make([][]int, opts.Slots),
+		slots: make([]*Stream, opts.Slots),
 	}
+	if !opts.NoPromptCache {
+		e.cache = newPrefixCache(mem)
+	}
+	e.pagesFree.Store(int64(mem.FreePages()))
 	if tok != nil && tok.EOS() >= 0 {
 		e.eos = tok.EOS()
 	}
@@ -143,6 +211,9 @@ func (e *Engine) Tokenizer() Tokenizer { return e.tok }
 // EOS returns the end-of-sequence token id that ends requests.
 func (e *Engine) EOS() int { return e.eos }
 
+// KV returns the engine's KV memory plan: context, pages, types, bytes.
+func (e *Engine) KV() KVPlan { return e.plan }
+
 // Slots returns how many sequences decode together.
 func (e *Engine) Slots() int { return e.opts.Slots }
 
@@ -154,9 +225,10 @@ func (e *Engine) Stats() Stats {
 	return Stats{
 		Requests: e.requests.Load(), Finished: e.finished.Load(), Cancelled: e.cancelled.Load(),
 		Rejected: e.rejected.Load(), PromptTokens: e.promptTok.Load(), GeneratedTokens: e.genTok.Load(),
-		CachedTokens: e.cachedTok.Load(),
-		Steps:        e.steps.Load(), BatchRows: e.batchRows.Load(), ForwardTime: time.Duration(e.forwardNs.Load()),
+		CachedTokens: e.cachedTok.Load(), PrefillTokens: e.prefillTok.Load(), Preempted: e.preempted.Load(),
+		Steps: e.steps.Load(), BatchRows: e.batchRows.Load(), ForwardTime: time.Duration(e.forwardNs.Load()),
 		Queued: q, Active: int(e.active.Load()), Slots: e.opts.Slots,
+		KVPages: e.plan.Pages, KVPagesFree: int(e.pagesFree.Load()), KVPagesCached: int(e.pagesCached.Load()),
 	}
 }
 
@@ -219,6 +291,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 		}
 	}
 	s.history = append(make([]int, 0, len(req.Prompt)+64), req.Prompt...)
+	s.feed = req.Prompt
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -272,12 +345,22 @@ func (e *Engine) loop() {
 		closed := e.closed
 		e.pruneWaiting()
 		var admit []*Stream
+		reserved := e.reserved()
 		for len(e.waiting) > 0 && !closed {
 			s := e.waiting[0]
-			i := e.pickSlot(s.req.Prompt)
+			i := e.freeSlot()
 			if i < 0 {
 				break
 			}
+			// A request waits (first come, first served) until the pool
+			// can hold its prompt beside what the running ones still
+			// prefill: it never fails for pages, since the context fits
+			// the pool (PlanKV) and older requests finish.
+			need := e.admitPages(s)
+			if need > 0 && need+reserved > e.mem.FreePages()+e.evictable() {
+				break
+			}
+			reserved += need
 			e.waiting[0] = nil
 			e.waiting = e.waiting[1:]
 			s.slot = i
@@ -294,8 +377,12 @@ func (e *Engine) loop() {
 		now := time.Now()
 		for _, s := range admit {
 			e.reuse(s)
-			s.started = now
-			s.usage.Queued = now.Sub(s.submitted)
+			e.admitted++
+			s.order = e.admitted
+			if !s.resumed {
+				s.started = now
+				s.usage.Queued = now.Sub(s.submitted)
+			}
 			e.active.Add(1)
 		}
 		if closed {
@@ -333,19 +420,24 @@ func (e *Engine) pruneWaiting() {
 // step runs one batched forward over every active slot; it reports false
 // when there was nothing to do.
 func (e *Engine) step() bool {
+	for _, s := range e.slots {
+		if s != nil && s.cancelled() {
+			e.finish(s, FinishCancelled, nil)
+		}
+	}
+	e.makeRoom()
 	e.inputs, e.rows = e.inputs[:0], e.rows[:0]
+	prefilled := 0
 	for _, s := range e.slots {
 		if s == nil {
 			continue
 		}
-		if s.cancelled() {
-			e.finish(s, FinishCancelled, nil)
-			continue
-		}
-		if s.fed < len(s.req.Prompt) {
-			n := min(len(s.req.Prompt)-s.fed, e.opts.PrefillChunk)
-			e.inputs = append(e.inputs, model.Input{Slot: s.slot, Tokens: s.req.Prompt[s.fed : s.fed+n]})
+		s.fedAll = false
+		if n := s.nextInput(e.opts.PrefillChunk); n > 0 {
+			e.inputs = append(e.inputs, model.Input{Slot: s.slot, Tokens: s.feed[s.fed : s.fed+n]})
 			s.fed += n
+			s.fedAll = s.fed == len(s.feed)
+			prefilled += n
 		} else {
 			e.inputs = append(e.inputs, model.Input{Slot: s.slot, Tokens: []int{s.last}})
 		}
@@ -359,6 +451,7 @@ func (e *Engine) step() bool {
 	}
 	e.steps.Add(1)
 	e.batchRows.Add(int64(len(e.rows)))
+	e.prefillTok.Add(int64(prefilled))
 	t0 := time.Now()
 	logits, err := e.lm.Forward(e.mem, e.inputs)
 	e.forwardNs.Add(int64(time.Since(t0)))
@@ -375,12 +468,53 @@ func (e *Engine) step() bool {
 	e.pool().Run(n, 1, &e.sampleJob)
 	e.sampleJob = sampleTask{}
 	for i, s := range e.rows {
-		if s.fed < len(s.req.Prompt) {
+		if s.fed < len(s.feed) {
 			continue
+		}
+		if s.fedAll && e.cache != nil {
+			// The prompt is in: its full pages serve requests that
+			// arrive while this one runs.
+			e.cache.insert(s.history[:e.mem.Step(s.slot)], s.slot, false)
 		}
 		e.sampleNext(s, &e.draws[i])
 	}
+	e.pagesFree.Store(int64(e.mem.FreePages()))
+	if e.cache != nil {
+		e.pagesCached.Store(int64(e.cache.size()))
+	}
 	return true
+}
+
+// nextInput returns how many tokens of its feed s puts in this step (0: it
+// decodes its last token).
+func (s *Stream) nextInput(chunk int) int {
+	return min(len(s.feed)-s.fed, chunk)
+}
+
+// makeRoom gets the free pages this step's inputs need: it evicts cached
+// pages, least recently used first, and if that is not enough preempts the
+// most recently admitted requests, which give their pages to the cache
+// and wait at the head of the queue to be recomputed. The oldest request
+// always fits (its context fits the pool), so every request progresses.
+func (e *Engine) makeRoom() {
+	for {
+		need := 0
+		var newest *Stream
+		for _, s := range e.slots {
+			if s == nil {
+				continue
+			}
+			n := s.nextInput(e.opts.PrefillChunk)
+			need += e.mem.PagesNeeded(s.slot, max(n, 1))
+			if newest == nil || s.order > newest.order {
+				newest = s
+			}
+		}
+		if need <= e.mem.FreePages() || (e.cache != nil && e.cache.evict(need)) || newest == nil {
+			return
+		}
+		e.preempt(newest)
+	}
 }
 
 // draw is one row's sampling result, computed in parallel with the other
@@ -405,7 +539,7 @@ type sampleTask struct {
 func (t *sampleTask) Run(_, lo, hi int) {
 	for i := lo; i < hi; i++ {
 		s := t.e.rows[i]
-		if s.fed < len(s.req.Prompt) {
+		if s.fed < len(s.feed) {
 			continue // mid-prompt: nothing to sample yet
 		}
 		row, d := t.logits[i*t.V:(i+1)*t.V], &t.e.draws[i]
@@ -489,46 +623,73 @@ func (e *Engine) flush(s *Stream) {
 	}
 }
 
-// pickSlot returns the free slot for a prompt: the one whose held tokens
-// share the longest prefix with it (the first free one without the cache),
-// or -1 if none is free.
-func (e *Engine) pickSlot(prompt []int) int {
-	best, bestLen := -1, -1
+// freeSlot returns a free slot, or -1 if none is free. Slots hold no
+// memory of their own between requests: the prefix cache's pages serve
+// every slot alike.
+func (e *Engine) freeSlot() int {
 	for i, s := range e.slots {
-		if s != nil {
-			continue
-		}
-		n := 0
-		if !e.opts.NoPromptCache {
-			n = commonPrefix(e.held[i], prompt)
-		}
-		if n > bestLen {
-			best, bestLen = i, n
+		if s == nil {
+			return i
 		}
 	}
-	return best
+	return -1
 }
 
-// reuse prepares an admitted request's slot: its memory keeps the longest
-// prefix of the prompt it already holds, less one token, since the last
-// prompt token must be fed to get the logits of the first new one.
+// cacheLimit is the most of s's feed the cache may supply: all but the
+// last token, which must be fed to get the logits of the next one.
+func (s *Stream) cacheLimit() int { return len(s.feed) - 1 }
+
+// admitPages returns the pages s's feed takes beyond the full pages the
+// prefix cache already holds for it (an upper bound: its first step's
+// copy of a partial page included).
+func (e *Engine) admitPages(s *Stream) int {
+	shared := 0
+	if e.cache != nil && !s.req.NoPromptCache {
+		_, n := e.cache.match(s.feed, s.cacheLimit())
+		shared = n / model.PageRows
+	}
+	return (len(s.feed)+model.PageRows-1)/model.PageRows - shared
+}
+
+// reserved returns the pages the running requests' unfed prompts will take.
+func (e *Engine) reserved() int {
+	r := 0
+	for _, s := range e.slots {
+		if s != nil {
+			r += max(0, (len(s.feed)+model.PageRows-1)/model.PageRows-len(e.mem.PageTable(s.slot)))
+		}
+	}
+	return r
+}
+
+// evictable returns the cached pages no request holds.
+func (e *Engine) evictable() int {
+	if e.cache == nil {
+		return 0
+	}
+	return e.cache.evictable()
+}
+
+// reuse starts an admitted request's slot on the longest prefix of its
+// feed the prefix cache holds (less its last token), which it then does
+// not prefill.
 func (e *Engine) reuse(s *Stream) {
-	n := 0
-	if !e.opts.NoPromptCache {
-		n = min(commonPrefix(e.held[s.slot], s.req.Prompt), len(s.req.Prompt)-1)
+	s.fed = 0
+	if e.cache == nil || s.req.NoPromptCache {
+		return
 	}
-	e.held[s.slot] = e.held[s.slot][:0]
+	pages, n := e.cache.match(s.feed, s.cacheLimit())
 	if n <= 0 {
-		e.mem.Reset(s.slot)
 		return
 	}
-	if err := e.mem.Truncate(s.slot, n); err != nil {
-		e.mem.Reset(s.slot) // unreachable: n ≤ the rows held
-		return
+	if err := e.mem.Attach(s.slot, pages, n); err != nil {
+		return // unreachable: the pages are the tree's, the slot is empty
 	}
 	s.fed = n
-	s.usage.CachedTokens = n
-	e.cachedTok.Add(int64(n))
+	if !s.resumed {
+		s.usage.CachedTokens = n
+		e.cachedTok.Add(int64(n))
+	}
 }
 
 func commonPrefix(a, b []int) int {
@@ -539,23 +700,45 @@ func commonPrefix(a, b []int) int {
 	return n
 }
 
-// finish ends an admitted request and frees its slot, remembering the
-// tokens its memory holds: the prompt, then each generated token that was
-// fed back (all but the last).
-func (e *Engine) finish(s *Stream, reason string, err error) {
-	if rows := e.mem.Step(s.slot); !e.opts.NoPromptCache && rows > 0 {
-		h := append(e.held[s.slot][:0], s.req.Prompt[:min(rows, len(s.req.Prompt))]...)
-		if rows > len(s.req.Prompt) {
-			h = append(h, s.generated[:rows-len(s.req.Prompt)]...)
-		}
-		e.held[s.slot] = h
+// release gives a slot's pages back: to the prefix cache, which keeps the
+// tokens they hold (history[:rows]: the prompt, then each generated token
+// that was fed back), or to the pool without it.
+func (e *Engine) release(s *Stream) {
+	if rows := e.mem.Step(s.slot); e.cache != nil && rows > 0 {
+		e.cache.insert(s.history[:rows], s.slot, true)
 	}
+	e.mem.Reset(s.slot)
 	e.slots[s.slot] = nil
 	e.active.Add(-1)
+}
+
+// finish ends an admitted request and frees its slot.
+func (e *Engine) finish(s *Stream, reason string, err error) {
+	e.release(s)
 	if !s.firstTok.IsZero() {
 		s.usage.Decode = time.Since(s.firstTok)
 	}
 	e.end(s, reason, err)
+}
+
+// preempt takes a running request's pages back for older requests: they go
+// to the prefix cache (evictable), and the request waits at the head of
+// the queue. When admitted again it recomputes what the cache lost, all
+// it had fed and its last sampled token, and goes on sampling: the same
+// bits as without the pause, since incremental decoding equals one full
+// pass.
+func (e *Engine) preempt(s *Stream) {
+	e.release(s)
+	if s.fed >= len(s.feed) {
+		// Decoding: the memory held all of history but its last token.
+		s.feed = slices.Clone(s.history)
+	}
+	s.fed = 0
+	s.resumed = true
+	e.preempted.Add(1)
+	e.mu.Lock()
+	e.waiting = slices.Insert(e.waiting, 0, s)
+	e.mu.Unlock()
 }
 
 func (e *Engine) end(s *Stream, reason string, err error) {

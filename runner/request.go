@@ -6,30 +6,47 @@ import (
 	"time"
 
 	"github.com/grok-go/grok/sampler"
+	"github.com/grok-go/grok/tensor"
 )
 
 // Options configures an Engine.
 type Options struct {
 	// Slots is how many sequences decode together in one batch (default 1).
 	Slots int
-	// Context is the KV memory rows per slot: prompt plus generated tokens
+	// Context is the most tokens of one request: prompt plus generated
 	// (maximum: the model's sequence_len). The default is the model's
-	// sequence_len, capped so that the KV memory takes at most half of
+	// sequence_len, capped to the KV memory when KVMemory or KVTokens is
+	// set, else so that Slots × Context of KV memory takes at most half of
 	// MemoryLimit: a file may declare a context far larger than the machine.
 	Context int
+	// KVMemory (bytes) or KVTokens (tokens; set at most one) sizes the KV
+	// memory's pool of pages, shared by all slots. The default holds Slots
+	// × Context tokens, so that every slot can fill its context at once; a
+	// smaller pool makes requests wait for pages (and preempts the newest
+	// when running ones outgrow it), a larger one keeps more prefixes
+	// cached.
+	KVMemory int64
+	KVTokens int
+	// KType and VType are the element types of the KV memory's keys and
+	// values: tensor.F32 (the zero value), F16, BF16 or Q8_0 (key size a
+	// multiple of 32). Attention is exact float32 attention over the
+	// stored values, decoded.
+	KType, VType tensor.DType
 	// MemoryLimit is the memory the KV memory may take, in bytes: New fails
-	// with a *MemoryError if an explicit Context needs more. 0 means the
-	// memory the system has available now (internal/sysmem), or no limit
-	// where the system does not say.
+	// with a *MemoryError if an explicit Context or pool needs more. 0
+	// means the memory the system has available now (internal/sysmem), or
+	// no limit where the system does not say.
 	MemoryLimit int64
 	// MaxQueue bounds the requests waiting for a slot (default 64); Submit
 	// returns ErrQueueFull beyond it.
 	MaxQueue int
-	// NoPromptCache turns off the reuse of a slot's KV memory: by default a
-	// request goes to the free slot whose remembered tokens share the
-	// longest prefix with its prompt, and only the rest of the prompt is
-	// prefilled (llama.cpp's cache_prompt). The logits are the same bits
-	// either way, since incremental decoding equals one full pass.
+	// NoPromptCache turns off the prefix cache: by default the KV pages
+	// of every prompt and finished request stay in a radix tree of token
+	// prefixes until the pool needs them, and a request whose prompt
+	// starts with a cached prefix prefills only the rest, whatever its
+	// slot (llama.cpp's cache_prompt, SGLang's RadixAttention). The logits
+	// are the same bits either way, since incremental decoding equals one
+	// full pass.
 	NoPromptCache bool
 	// PrefillChunk caps the prompt tokens one sequence feeds per step, so a
 	// long prompt does not stall the others' decoding (default 256).
@@ -46,11 +63,16 @@ type Options struct {
 // MemoryError reports a KV memory larger than the memory there is.
 type MemoryError struct {
 	Slots, Context int
+	Tokens         int     // the pool asked for by Options.KVMemory or KVTokens (then Slots and Context are 0)
 	Need           float64 // bytes
 	Available      float64 // bytes: Options.MemoryLimit or what the system had (half, for a default context)
 }
 
 func (e *MemoryError) Error() string {
+	if e.Tokens > 0 {
+		return fmt.Sprintf("runner: a KV memory of %d tokens needs %.3g GB, but only %.3g GB of memory is available",
+			e.Tokens, e.Need/1e9, e.Available/1e9)
+	}
 	return fmt.Sprintf("runner: a KV memory of %d slot(s) × %d tokens needs %.3g GB, but only %.3g GB of memory is available",
 		e.Slots, e.Context, e.Need/1e9, e.Available/1e9)
 }
@@ -79,6 +101,10 @@ type Request struct {
 	// which says nothing. Without it TokenInfo carries the sampler's figures.
 	Logprobs    bool
 	TopLogprobs int
+	// NoPromptCache makes this request prefill its whole prompt instead of
+	// taking a cached prefix (llama.cpp's cache_prompt: false); its pages
+	// still go to the cache. The bits are the same either way.
+	NoPromptCache bool
 }
 
 // Finish reasons, in OpenAI's vocabulary where it has one.
@@ -108,8 +134,8 @@ type TokenInfo struct {
 type Usage struct {
 	PromptTokens, CompletionTokens int
 	Truncated                      int // prompt tokens dropped by TruncatePrompt
-	// CachedTokens is the prompt's first tokens found in the slot's KV
-	// memory from an earlier request and not prefilled again.
+	// CachedTokens is the prompt's first tokens found in the prefix
+	// cache (from earlier requests) and not prefilled again.
 	CachedTokens            int
 	Queued, Prefill, Decode time.Duration // waiting, prompt until first token, after it
 }

@@ -23,9 +23,15 @@ type Stream struct {
 	ended  bool // the final event has been queued
 
 	// Owned by the engine loop.
-	slot      int
-	fed       int // prompt tokens written to memory
-	last      int // the token to feed next (after prefill)
+	slot int
+	// feed is the tokens to put in memory before sampling: the prompt,
+	// or after a preemption all of history; fed of them are in.
+	feed      []int
+	fed       int
+	fedAll    bool  // this step feeds the last of feed
+	last      int   // the token to feed next (after the feed)
+	order     int64 // admission order, for preemption (newest first)
+	resumed   bool  // preempted once: the usage's cache and queue figures stay the first admission's
 	generated []int
 	history   []int
 	smp       *sampler.Sampler

@@ -36,7 +36,7 @@ type llamaCompletionRequest struct {
 	NProbs            int             `json:"n_probs"`
 	Stream            bool            `json:"stream"`
 	ReturnTokens      bool            `json:"return_tokens"`
-	CachePrompt       *bool           `json:"cache_prompt"` // accepted: the engine's slot prompt cache is always on
+	CachePrompt       *bool           `json:"cache_prompt"` // false: prefill the whole prompt (runner.Request.NoPromptCache)
 	TypicalP          *float64        `json:"typical_p"`
 	Mirostat          int             `json:"mirostat"`
 	Grammar           string          `json:"grammar"`
@@ -75,7 +75,8 @@ func llamaDefaults() llamaSettings {
 }
 
 type llamaTimings struct {
-	PromptN             int     `json:"prompt_n"`
+	CacheN              int     `json:"cache_n"`  // prompt tokens taken from the prefix cache
+	PromptN             int     `json:"prompt_n"` // prompt tokens prefilled
 	PromptMS            float64 `json:"prompt_ms"`
 	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
 	PromptPerSecond     float64 `json:"prompt_per_second"`
@@ -239,6 +240,7 @@ func (q *llamaCompletionRequest) sampling(j *job, set *llamaSettings) *apiError 
 	if q.CachePrompt != nil {
 		set.CachePrompt = *q.CachePrompt
 	}
+	j.req.NoPromptCache = !set.CachePrompt
 	j.req.Sampling, j.req.Stop, j.req.IgnoreEOS = p, stops, q.IgnoreEOS
 	j.stream, j.returnTokens = q.Stream, q.ReturnTokens
 	if q.NProbs > 0 {
@@ -347,8 +349,9 @@ func (g *gen) llamaFinal(last runner.Event, whole bool) llamaResult {
 		}
 		return ms(d) / float64(n), float64(n) / d.Seconds()
 	}
-	t := &llamaTimings{PromptN: u.PromptTokens, PromptMS: ms(u.Prefill), PredictedN: u.CompletionTokens, PredictedMS: ms(u.Decode)}
-	t.PromptPerTokenMS, t.PromptPerSecond = per(u.Prefill, u.PromptTokens)
+	prefilled := u.PromptTokens - u.CachedTokens
+	t := &llamaTimings{CacheN: u.CachedTokens, PromptN: prefilled, PromptMS: ms(u.Prefill), PredictedN: u.CompletionTokens, PredictedMS: ms(u.Decode)}
+	t.PromptPerTokenMS, t.PromptPerSecond = per(u.Prefill, prefilled)
 	t.PredictedPerTokenMS, t.PredictedPerSecond = per(u.Decode, u.CompletionTokens-1)
 	content := ""
 	if whole {
@@ -358,13 +361,15 @@ func (g *gen) llamaFinal(last runner.Event, whole bool) llamaResult {
 	if whole && g.j.returnTokens {
 		tokens = append(tokens, g.ids...)
 	}
-	f, zero := false, 0
+	f := false
+	// llama.cpp's n_past: the tokens the KV memory holds for the request.
+	held := max(u.PromptTokens+u.CompletionTokens-1, 0)
 	nl := strings.Contains(content, "\n")
 	prompt := set.promptText
 	res := llamaResult{Content: content, Tokens: tokens, IDSlot: -1, Stop: true, Model: g.model,
 		TokensPredicted: &u.CompletionTokens, TokensEvaluated: &u.PromptTokens, GenerationSettings: set,
 		Prompt: &prompt, HasNewLine: &nl, Truncated: &f, StopType: stopType, StoppingWord: &word,
-		TokensCached: &zero, Timings: t}
+		TokensCached: &held, Timings: t}
 	if whole && g.j.logprobs {
 		res.Probabilities = g.llamaProbs(g.all)
 	}
@@ -512,7 +517,20 @@ func (s *Server) handleProps(w http.ResponseWriter, r *http.Request) {
 		"modalities":                  map[string]bool{"vision": false, "audio": false},
 		"build_info":                  "grok " + s.opts.Version,
 		"is_sleeping":                 false,
+		"kv_memory":                   kvState(b.eng),
 	})
+}
+
+// kvState describes the engine's KV memory for /props (grok's own field):
+// its pool of pages, their element types, and how many are free or held
+// by the prefix cache now.
+func kvState(e *runner.Engine) map[string]any {
+	p, st := e.KV(), e.Stats()
+	return map[string]any{
+		"tokens": p.Tokens(), "pages": p.Pages, "page_tokens": runner.PageTokens, "bytes": int64(p.Bytes),
+		"cache_type_k": strings.ToLower(p.KType.String()), "cache_type_v": strings.ToLower(p.VType.String()),
+		"free_pages": st.KVPagesFree, "cached_pages": st.KVPagesCached,
+	}
 }
 
 // handleSlots lists the slots. The engine counts its busy slots but does

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/grok-go/grok/runner"
+	"github.com/grok-go/grok/tensor"
 )
 
 // loadKind is one kind of request in the load test.
@@ -160,7 +161,10 @@ func doLoadRequest(ctx context.Context, client *http.Client, url string, k loadK
 // detector: see loadRequests) of every kind, streamed and not, greedy and seeded,
 // and some clients leave mid-stream. Every completed answer must equal the
 // answer the same request got alone, the engine must end idle with its
-// counts adding up, and no goroutine may be left behind.
+// counts adding up, and no goroutine may be left behind. The KV memory is
+// the serving default's (f16, prefix cache on) in a pool of one context,
+// an eighth of what the slots could fill, so that requests wait for pages
+// and cached prefixes are evicted.
 func TestLoad(t *testing.T) {
 	// The model may run on a process-wide worker pool that starts on first
 	// use and stays; start it before taking the goroutines to ignore.
@@ -169,7 +173,8 @@ func TestLoad(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) }) // runs after the server's cleanup below
 	// Pacing keeps an abandoned 200-token stream running until its client
 	// leaves, however fast the kernels.
-	ts := newTestServer(t, runner.Options{Slots: 8, MaxQueue: 64, BeforeStep: paced(time.Millisecond)}, Options{})
+	ts := newTestServer(t, runner.Options{Slots: 8, MaxQueue: 64, BeforeStep: paced(time.Millisecond),
+		KType: tensor.F16, VType: tensor.F16, KVTokens: 256}, Options{})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(client.CloseIdleConnections)
 	ctx := ctxTimeout(t, 3*time.Minute)
@@ -232,9 +237,16 @@ func TestLoad(t *testing.T) {
 	if occ := float64(st.BatchRows-base.BatchRows) / float64(st.Steps-base.Steps); occ < 2 {
 		t.Errorf("mean batch occupancy %.2f: requests were not batched", occ)
 	}
-	t.Logf("%d requests (%d completed, %d abandoned) in %v; %d tokens, mean batch %.1f",
+	if st.CachedTokens == base.CachedTokens {
+		t.Error("no prompt token came from the prefix cache")
+	}
+	if st.KVPagesFree+st.KVPagesCached != st.KVPages {
+		t.Errorf("idle engine: %d pages free and %d cached of %d", st.KVPagesFree, st.KVPagesCached, st.KVPages)
+	}
+	t.Logf("%d requests (%d completed, %d abandoned) in %v; %d tokens, mean batch %.1f; %d prompt tokens cached, %d prefilled, %d preemptions",
 		loadRequests, completed.Load(), cancelled.Load(), elapsed.Round(time.Millisecond),
-		st.GeneratedTokens-base.GeneratedTokens, float64(st.BatchRows-base.BatchRows)/float64(st.Steps-base.Steps))
+		st.GeneratedTokens-base.GeneratedTokens, float64(st.BatchRows-base.BatchRows)/float64(st.Steps-base.Steps),
+		st.CachedTokens-base.CachedTokens, st.PrefillTokens-base.PrefillTokens, st.Preempted-base.Preempted)
 }
 
 // warmModel runs the demo model once, on an engine of its own that it

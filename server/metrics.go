@@ -78,8 +78,11 @@ var (
 	descActive      = prometheus.NewDesc("grok_active_slots", "Slots running a request.", nil, nil)
 	descSlots       = prometheus.NewDesc("grok_slots", "Slots (sequences that decode together in one batch).", nil, nil)
 	descOccupancy   = prometheus.NewDesc("grok_batch_occupancy_ratio", "Active slots over slots, now.", nil, nil)
+	descCachedTok   = prometheus.NewDesc("grok_prompt_cached_tokens_total", "Prompt tokens taken from the prefix cache instead of prefilled.", nil, nil)
+	descPreempted   = prometheus.NewDesc("grok_engine_preempted_total", "Requests that gave their KV pages back to older ones, to be recomputed.", nil, nil)
+	descKVPages     = prometheus.NewDesc("grok_kv_pages", "Pages of the KV memory's pool, by state: free, cached (held by the prefix cache), total.", []string{"state"}, nil)
 	engineMetricSet = []*prometheus.Desc{descLoaded, descPromptTok, descGenTok, descRequests, descRejected, descSteps,
-		descRows, descForward, descQueue, descActive, descSlots, descOccupancy}
+		descRows, descForward, descQueue, descActive, descSlots, descOccupancy, descCachedTok, descPreempted, descKVPages}
 )
 
 func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -92,14 +95,17 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	var loaded, occ float64
 	var st struct {
 		requests, rejected, prompt, gen, steps, rows int64
+		cached, preempted                            int64
 		forward                                      time.Duration
 		queued, active, slots                        int
+		pages, free, cachedPages                     int
 	}
 	if b := c.s.be.Load(); b != nil {
 		loaded = 1
 		s := b.eng.Stats()
 		st.requests, st.rejected, st.prompt, st.gen, st.steps, st.rows = s.Requests, s.Rejected, s.PromptTokens, s.GeneratedTokens, s.Steps, s.BatchRows
 		st.forward, st.queued, st.active, st.slots = s.ForwardTime, s.Queued, s.Active, s.Slots
+		st.cached, st.preempted, st.pages, st.free, st.cachedPages = s.CachedTokens, s.Preempted, s.KVPages, s.KVPagesFree, s.KVPagesCached
 		if s.Slots > 0 {
 			occ = float64(s.Active) / float64(s.Slots)
 		}
@@ -122,4 +128,12 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descActive, float64(st.active))
 	gauge(descSlots, float64(st.slots))
 	gauge(descOccupancy, occ)
+	counter(descCachedTok, float64(st.cached))
+	counter(descPreempted, float64(st.preempted))
+	for _, p := range []struct {
+		state string
+		n     int
+	}{{"free", st.free}, {"cached", st.cachedPages}, {"total", st.pages}} {
+		ch <- prometheus.MustNewConstMetric(descKVPages, prometheus.GaugeValue, float64(p.n), p.state)
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,6 +31,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	check := fs.Bool("check", false, "scan every tensor for NaN and infinities (reads the whole model); exit 1 if any has one")
 	ctxLen := fs.Int("c", 0, "context per slot for the memory estimate (0 = the model's, capped to what fits in memory as run and serve do)")
 	slots := fs.Int("parallel", 1, "slots (sequences decoded together) for the memory estimate")
+	kvf := addKVFlags(fs)
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
@@ -81,7 +83,9 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(w, "\n%d tensors, %.1f MB\n", len(m.Tensors()), float64(total)/1e6)
 	writeTypeMix(w, m.Tensors(), total)
 	writeFiles(w, m)
-	if err := writeMemory(w, m, total, *ctxLen, *slots); err != nil {
+	eo := runner.Options{Slots: *slots, Context: *ctxLen}
+	kvf.apply(&eo)
+	if err := writeMemory(w, m, total, eo); err != nil {
 		return err
 	}
 	if err := w.Flush(); err != nil || !*check {
@@ -173,36 +177,39 @@ func writeFiles(w io.Writer, m *loader.Model) {
 
 // writeMemory prints what a run of the model needs: the weights (mapped
 // from the file, plus any straddling tensors on the heap) and the KV memory
-// of slots × context rows, with the context chosen as runner.New does when
-// none is given.
-func writeMemory(w io.Writer, m *loader.Model, weights int64, ctx, slots int) error {
+// that runner.New allocates for the same options (o: slots, context, the
+// KV memory's types and size), its context chosen as run and serve choose
+// it when none is given.
+func writeMemory(w io.Writer, m *loader.Model, weights int64, o runner.Options) error {
 	c := &m.Config
 	note := ""
-	if ctx > c.SequenceLen {
-		return fmt.Errorf("context %d exceeds the model's sequence_len %d", ctx, c.SequenceLen)
+	plan, err := runner.PlanKV(c, o)
+	var me *runner.MemoryError
+	if errors.As(err, &me) && o.Context == 0 && o.KVMemory == 0 && o.KVTokens == 0 {
+		return fmt.Errorf("not even one page of KV memory for %d slots fits in half of the available memory", o.Slots)
 	}
-	if ctx == 0 {
-		// The default a run gets (runner.New); an explicit -c is shown as asked.
-		fit, err := runner.FitContext(c, slots, 0, 0)
-		if err != nil {
-			return fmt.Errorf("not even one row of KV memory for %d slots fits in half of the available memory", slots)
-		}
-		if fit < c.SequenceLen {
+	if err != nil {
+		return err
+	}
+	if o.Context == 0 && plan.Context < c.SequenceLen {
+		if o.KVMemory > 0 || o.KVTokens > 0 {
+			note = fmt.Sprintf(" (capped from sequence_len %d to the KV memory)", c.SequenceLen)
+		} else {
 			note = fmt.Sprintf(" (capped from sequence_len %d to fit half of the available memory)", c.SequenceLen)
 		}
-		ctx = fit
 	}
-	kv := model.KVMemoryBytes(c, slots, ctx)
+	kv := plan.Bytes
 	heap := int64(0)
 	if m.GGUF != nil {
 		heap = m.GGUF.AssembledBytes()
 	}
-	fmt.Fprintf(w, "\nmemory\tcontext %d%s, parallel %d\n", ctx, note, slots)
+	fmt.Fprintf(w, "\nmemory\tcontext %d%s, parallel %d\n", plan.Context, note, o.Slots)
 	fmt.Fprintf(w, "  weights (mapped)\t%d bytes\t%.1f MB\n", weights-heap, float64(weights-heap)/1e6)
 	if heap > 0 {
 		fmt.Fprintf(w, "  weights (heap)\t%d bytes\t%.1f MB\n", heap, float64(heap)/1e6)
 	}
-	fmt.Fprintf(w, "  KV memory\t%.0f bytes\t%.1f MB\n", kv, kv/1e6)
+	fmt.Fprintf(w, "  KV memory\t%.0f bytes\t%.1f MB: %d tokens in pages of %d, keys %s, values %s\n", kv, kv/1e6,
+		plan.Pages*model.PageRows, model.PageRows, strings.ToLower(plan.KType.String()), strings.ToLower(plan.VType.String()))
 	fmt.Fprintf(w, "  total\t%.0f bytes\t%.1f MB (plus the forward pass's workspace)\n", float64(weights)+kv, (float64(weights)+kv)/1e6)
 	return nil
 }

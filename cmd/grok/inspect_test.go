@@ -10,6 +10,7 @@ import (
 
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tensor"
 )
 
 // inspectLine returns the fields of the first output line starting with
@@ -123,7 +124,8 @@ func TestInspectTypeMixFilesMemory(t *testing.T) {
 			if got := inspectLine(t, o, "weights (mapped)")[0]; got != fmt.Sprint(total-heap) {
 				t.Errorf("mapped weights %s, want %d", got, total-heap)
 			}
-			kv := model.KVMemoryBytes(&m.Config, tc.slots, tc.ctx)
+			// The CLI's default cache type is f16, as llama.cpp's.
+			kv := float64(model.KVPages(tc.slots, tc.ctx)) * model.KVPageBytes(&m.Config, tensor.F16, tensor.F16)
 			if got := inspectLine(t, o, "KV memory")[0]; got != fmt.Sprintf("%.0f", kv) {
 				t.Errorf("KV memory %s, want %.0f", got, kv)
 			}

@@ -39,6 +39,7 @@ type genFlags struct {
 	stop                        stringList
 	ctx                         *int
 	threads                     *int
+	kv                          *kvFlags
 	ignoreEOS, truncate         *bool
 }
 
@@ -62,6 +63,7 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 	fs.Var(&g.stop, "stop", "stop string (repeatable)")
 	fs.IntVar(g.n, "n-predict", 128, "same as -n")
 	fs.IntVar(g.ctx, "ctx-size", 0, "same as -c")
+	g.kv = addKVFlags(fs)
 	return g
 }
 
@@ -78,6 +80,14 @@ func (g *genFlags) params() (p sampler.Params, random bool) {
 		RepeatPenalty: float32(*g.repeatPen), RepeatLastN: *g.repeatLastN,
 		PresencePenalty: float32(*g.presPen), FrequencyPenalty: float32(*g.freqPen), Seed: seed,
 	}, random
+}
+
+// engineOptions are the runner options of run and chat: one slot, -c and
+// the KV memory's flags.
+func (g *genFlags) engineOptions(slots int) runner.Options {
+	o := runner.Options{Slots: slots, Context: *g.ctx}
+	g.kv.apply(&o)
+	return o
 }
 
 // request is the runner request for prompt. -n 0 is not one (it generates
@@ -138,12 +148,17 @@ func newEngine(m *loader.Model, o runner.Options, ctxFlag string, note func(stri
 	eng, err := runner.New(m.LanguageModel, m.Tokenizer, o)
 	var me *runner.MemoryError
 	if errors.As(err, &me) {
+		if me.Tokens > 0 {
+			return nil, fmt.Errorf("%w: lower --kv-memory", err)
+		}
 		return nil, fmt.Errorf("%w: lower the context with %s N", err, ctxFlag)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if o.Context <= 0 && eng.Context() < m.Config.SequenceLen {
+	if o.Context <= 0 && (o.KVMemory > 0 || o.KVTokens > 0) && eng.Context() < m.Config.SequenceLen {
+		note(fmt.Sprintf("the model's context of %d tokens does not fit in --kv-memory: using %d", m.Config.SequenceLen, eng.Context()))
+	} else if o.Context <= 0 && eng.Context() < m.Config.SequenceLen {
 		note(fmt.Sprintf("the model's context of %d tokens does not fit in memory: using %d (set it with %s)",
 			m.Config.SequenceLen, eng.Context(), ctxFlag))
 	}
@@ -217,7 +232,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if len(ids) == 0 {
 		return usagef("the prompt is empty")
 	}
-	eng, err := newEngine(m, runner.Options{Slots: 1, Context: *g.ctx}, "-c", func(msg string) { fmt.Fprintln(stderr, "note:", msg) })
+	eng, err := newEngine(m, g.engineOptions(1), "-c", func(msg string) { fmt.Fprintln(stderr, "note:", msg) })
 	if err != nil {
 		return err
 	}

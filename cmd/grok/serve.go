@@ -35,7 +35,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (or --host and --port)")
 	host := fs.String("host", "127.0.0.1", "address to listen on (llama.cpp's spelling; with --port)")
 	port := fs.Int("port", 8080, "port to listen on (llama.cpp's spelling; with --host)")
-	parallel := fs.Int("parallel", 4, "requests decoded together in one batch (slots); each holds a KV memory of --ctx rows")
+	parallel := fs.Int("parallel", 4, "requests decoded together in one batch (slots); they share the KV memory's pages (--kv-memory)")
 	fs.IntVar(parallel, "np", 4, "same as --parallel")
 	ctxLen := fs.Int("ctx", 0, "context per slot in tokens, prompt and completion together (0 = the model's, capped to what fits in memory)")
 	fs.IntVar(ctxLen, "c", 0, "same as --ctx")
@@ -53,6 +53,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "time a client may take to send its request body (408 beyond)")
 	verbose := fs.Bool("v", false, "log every request at debug level")
 	tmplFlag := fs.String("chat-template", "", chatTemplateHelp())
+	kv := addKVFlags(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -127,8 +128,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return server.Model{}, err
 		}
-		eng, err := newEngine(m, runner.Options{Slots: *parallel, Context: *ctxLen, MaxQueue: *queue}, "--ctx (or fewer --parallel slots)",
-			func(msg string) { log.Warn(msg) })
+		eo := runner.Options{Slots: *parallel, Context: *ctxLen, MaxQueue: *queue}
+		kv.apply(&eo)
+		eng, err := newEngine(m, eo, "--ctx (or fewer --parallel slots)", func(msg string) { log.Warn(msg) })
 		if err != nil {
 			m.Close()
 			return server.Model{}, err
@@ -142,7 +144,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		loaded <- m
 		src, _, _ := fileChatTemplate(m)
 		log.Info("model loaded", "path", m.Path, "took", time.Since(start).Round(time.Millisecond),
-			"slots", *parallel, "context", eng.Context(), "chat_template", tmpl.Name())
+			"slots", *parallel, "context", eng.Context(), "kv_memory", kvSummary(eng.KV()), "chat_template", tmpl.Name())
 		return server.Model{Engine: eng, ChatTemplate: src, Template: tmpl, Info: modelInfo(m)}, nil
 	})
 	select {
