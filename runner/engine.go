@@ -191,7 +191,7 @@ func New(lm *model.LanguageModel, tok Tokenizer, opts Options) (*Engine, error) 
 	if !opts.NoPromptCache {
 		e.cache = newPrefixCache(mem)
 	}
-	e.pagesFree.Store(int64(mem.FreePages()))
+	e.pageStats()
 	if tok != nil && tok.EOS() >= 0 {
 		e.eos = tok.EOS()
 	}
@@ -478,10 +478,7 @@ func (e *Engine) step() bool {
 		}
 		e.sampleNext(s, &e.draws[i])
 	}
-	e.pagesFree.Store(int64(e.mem.FreePages()))
-	if e.cache != nil {
-		e.pagesCached.Store(int64(e.cache.size()))
-	}
+	e.pageStats()
 	return true
 }
 
@@ -710,6 +707,15 @@ func (e *Engine) release(s *Stream) {
 	e.mem.Reset(s.slot)
 	e.slots[s.slot] = nil
 	e.active.Add(-1)
+	e.pageStats()
+}
+
+// pageStats publishes the pool's counts for Stats (read by other goroutines).
+func (e *Engine) pageStats() {
+	e.pagesFree.Store(int64(e.mem.FreePages()))
+	if e.cache != nil {
+		e.pagesCached.Store(int64(e.cache.size()))
+	}
 }
 
 // finish ends an admitted request and frees its slot.
