@@ -365,6 +365,9 @@ func (e *Engine) loop() {
 			e.waiting = e.waiting[1:]
 			s.slot = i
 			e.slots[i] = s
+			// Attached now, so that the next admission's count of
+			// evictable pages leaves these out.
+			e.reuse(s)
 			admit = append(admit, s)
 		}
 		if closed {
@@ -376,7 +379,6 @@ func (e *Engine) loop() {
 		e.mu.Unlock()
 		now := time.Now()
 		for _, s := range admit {
-			e.reuse(s)
 			e.admitted++
 			s.order = e.admitted
 			if !s.resumed {

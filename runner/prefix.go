@@ -219,30 +219,37 @@ func (c *prefixCache) evictable() int {
 
 // evict frees pages, least recently used leaves first, until the memory
 // has want free pages or nothing more can go; it reports whether it got
-// there.
+// there. A node whose last child goes becomes a leaf and takes its place
+// among the candidates by its own age.
 func (c *prefixCache) evict(want int) bool {
-	for c.mem.FreePages() < want {
-		var leaves []*pnode
-		var walk func(n *pnode)
-		walk = func(n *pnode) {
-			n.children(func(ch *pnode) bool {
-				walk(ch)
-				return true
-			})
-			if n != &c.root && n.leaf() && c.mem.Refs(n.page) == 1 {
-				leaves = append(leaves, n)
-			}
+	if c.mem.FreePages() >= want {
+		return true
+	}
+	evictable := func(n *pnode) bool { return n != &c.root && n.leaf() && c.mem.Refs(n.page) == 1 }
+	var leaves []*pnode // most recently used first, so the oldest is last
+	var walk func(n *pnode)
+	walk = func(n *pnode) {
+		n.children(func(ch *pnode) bool {
+			walk(ch)
+			return true
+		})
+		if evictable(n) {
+			leaves = append(leaves, n)
 		}
-		walk(&c.root)
+	}
+	walk(&c.root)
+	newerFirst := func(a, b *pnode) int { return int(b.used - a.used) }
+	slices.SortFunc(leaves, newerFirst)
+	for c.mem.FreePages() < want {
 		if len(leaves) == 0 {
 			return false
 		}
-		slices.SortFunc(leaves, func(a, b *pnode) int { return int(a.used - b.used) })
-		for _, n := range leaves {
-			if c.mem.FreePages() >= want {
-				break
-			}
-			c.unlink(n)
+		n := leaves[len(leaves)-1]
+		leaves = leaves[:len(leaves)-1]
+		c.unlink(n)
+		if p := n.parent; evictable(p) {
+			i, _ := slices.BinarySearchFunc(leaves, p, newerFirst)
+			leaves = slices.Insert(leaves, i, p)
 		}
 	}
 	return true

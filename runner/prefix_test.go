@@ -195,3 +195,54 @@ func TestSmallPoolWaitsAndPreempts(t *testing.T) {
 		}
 	}
 }
+
+// Eviction takes the least recently used unreferenced pages, leaves first,
+// and never a page a slot holds.
+func TestPrefixCacheEvictsLRU(t *testing.T) {
+	lm := testModel(t)
+	c := lm.Config
+	mem, err := model.NewPagedKVMemory(&c, model.KVOptions{Slots: 2, Pages: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := newPrefixCache(mem)
+	rng := rand.New(rand.NewPCG(4, 4))
+	a, b := randTokens(rng, 40, c.VocabSize), randTokens(rng, 40, c.VocabSize)
+	for _, toks := range [][]int{a, b} {
+		if _, err := lm.Forward(mem, []model.Input{{Slot: 0, Tokens: toks}}); err != nil {
+			t.Fatal(err)
+		}
+		pc.insert(toks, 0, true)
+		mem.Reset(0)
+	}
+	if pc.size() != 6 || mem.FreePages() != 2 || pc.evictable() != 6 {
+		t.Fatalf("%d pages cached, %d free, %d evictable; want 6, 2, 6", pc.size(), mem.FreePages(), pc.evictable())
+	}
+	if _, n := pc.match(a, 100); n != 40 { // a is now the more recent
+		t.Fatalf("a matches %d tokens", n)
+	}
+	if !pc.evict(4) || mem.FreePages() != 4 {
+		t.Fatalf("evict(4): %d free", mem.FreePages())
+	}
+	if _, n := pc.match(b, 100); n != 16 {
+		t.Errorf("after evicting 2 pages b matches %d tokens, want 16 (its last two pages, older than a's, went)", n)
+	}
+	if _, n := pc.match(a, 100); n != 40 {
+		t.Errorf("a, used more recently, matches %d tokens, want 40", n)
+	}
+	// A slot holding a's pages keeps them from eviction.
+	pages, n := pc.match(a, 39)
+	if err := mem.Attach(1, pages, n); err != nil {
+		t.Fatal(err)
+	}
+	if pc.evict(8) {
+		t.Error("evict(8) succeeded with a's pages held by a slot")
+	}
+	if _, n := pc.match(a, 100); n != 40 || mem.FreePages() != 5 || pc.evictable() != 0 {
+		t.Errorf("a matches %d tokens, %d pages free, %d evictable; want 40, 5, 0", n, mem.FreePages(), pc.evictable())
+	}
+	mem.Reset(1)
+	if !pc.evict(8) || pc.size() != 0 {
+		t.Errorf("with no slot holding pages evict(8) left %d cached", pc.size())
+	}
+}
