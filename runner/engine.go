@@ -178,7 +178,7 @@ func New(lm *model.LanguageModel, tok Tokenizer, opts Options) (*Engine, error) 
 	if opts.PrefillChunk <= 0 {
 		opts.PrefillChunk = 256
 	}
-	mem, err := model.NewPagedKVMemory(c, model.KVOptions{
+	mem, err := lm.NewPagedKVMemory(model.KVOptions{
 		Slots: opts.Slots, SeqLen: opts.Context, Pages: plan.Pages, KType: plan.KType, VType: plan.VType})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/grok-go/grok/internal/testmodel"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/tensor"
 )
 
@@ -244,5 +245,35 @@ func TestPrefixCacheEvictsLRU(t *testing.T) {
 	mem.Reset(1)
 	if !pc.evict(8) || pc.size() != 0 {
 		t.Errorf("with no slot holding pages evict(8) left %d cached", pc.size())
+	}
+}
+
+// The prefix cache on a model split in two shards (model.NewTP), whose
+// memories share one book of pages: a repeated prefix is reused and the
+// bits are those without the cache.
+func TestPrefixCacheTP(t *testing.T) {
+	c := testmodel.SmallConfig()
+	c.SequenceLen = 64
+	tp, err := model.NewTP(c, testmodel.Random(c, 44), 2, parallel.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tp.Close)
+	cached := newEngine(t, tp, Options{Slots: 2, KType: tensor.BF16, VType: tensor.BF16})
+	plain := newEngine(t, tp, Options{Slots: 2, KType: tensor.BF16, VType: tensor.BF16, NoPromptCache: true})
+	rng := rand.New(rand.NewPCG(5, 6))
+	p := randTokens(rng, 30, c.VocabSize)
+	req := func(p []int) Request { return Request{Prompt: p, MaxTokens: 5, IgnoreEOS: true, Logprobs: true} }
+	first, _, _ := runOne(t, cached, req(p))
+	turn := append(append(slices.Clone(p), first...), randTokens(rng, 7, c.VocabSize)...)
+	got, glp, u := runOne(t, cached, req(turn))
+	want, wlp, _ := runOne(t, plain, req(turn))
+	sameBits(t, "TP second turn", got, want, glp, wlp)
+	if u.CachedTokens != len(p)+len(first)-1 {
+		t.Errorf("%d cached tokens, want %d", u.CachedTokens, len(p)+len(first)-1)
+	}
+	// The shards' memories are the plan's bytes, not a whole model's more.
+	if b := cached.mem.Bytes(); float64(b) != cached.KV().Bytes {
+		t.Errorf("the TP model's KV memory takes %d bytes, planned %g", b, cached.KV().Bytes)
 	}
 }
