@@ -364,6 +364,19 @@ func (m *KVMemory) PagesNeeded(slot, n int) int {
 	return max(need, 0)
 }
 
+// WritePage returns the page a slot's next row goes into if that page
+// is already in its table and shared (Forward would copy it), else -1.
+func (m *KVMemory) WritePage(slot int) int {
+	s := m.step[slot]
+	if s%PageRows == 0 || s/PageRows >= len(m.table[slot]) {
+		return -1
+	}
+	if p := m.table[slot][s/PageRows]; m.refs[p] > 1 {
+		return p
+	}
+	return -1
+}
+
 // ErrNoPages is returned by Forward when the pool has too few free pages
 // for the call: the caller frees some (evicts cached pages, or preempts a
 // sequence) and calls again.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 )
 
 // run submits one request and returns its tokens, their logprobs and its
@@ -24,8 +25,11 @@ func runOne(t *testing.T, e *Engine, req Request) ([]int, []float32, Usage) {
 func collectWith(t *testing.T, s *Stream, f func(TokenInfo)) ([]int, Event) {
 	t.Helper()
 	var toks []int
+	// A deadline only to turn a hang into a failure.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	for {
-		ev, err := s.Recv(context.Background())
+		ev, err := s.Recv(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

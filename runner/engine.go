@@ -491,29 +491,53 @@ func (s *Stream) nextInput(chunk int) int {
 }
 
 // makeRoom gets the free pages this step's inputs need: it evicts cached
-// pages, least recently used first, and if that is not enough preempts the
-// most recently admitted requests, which give their pages to the cache
-// and wait at the head of the queue to be recomputed. The oldest request
-// always fits (its context fits the pool), so every request progresses.
+// pages, least recently used first; then the cache gives up the pages
+// requests are about to write into (which they would otherwise copy);
+// and if that is not enough it preempts the most recently admitted
+// requests, which give their pages to the cache and wait at the head of
+// the queue to be recomputed. The oldest request always fits (its context
+// fits the pool, and it needs no copy), so every request progresses.
 func (e *Engine) makeRoom() {
 	for {
-		need := 0
-		var newest *Stream
-		for _, s := range e.slots {
-			if s == nil {
+		need := e.pagesNeeded()
+		if need <= e.mem.FreePages() || e.cache != nil && e.cache.evict(need) {
+			return
+		}
+		if e.cache != nil {
+			gave := false
+			for _, s := range e.slots {
+				if s != nil {
+					if p := e.mem.WritePage(s.slot); p >= 0 && e.cache.giveUp(p) {
+						gave = true
+					}
+				}
+			}
+			if gave {
 				continue
 			}
-			n := s.nextInput(e.opts.PrefillChunk)
-			need += e.mem.PagesNeeded(s.slot, max(n, 1))
-			if newest == nil || s.order > newest.order {
+		}
+		var newest *Stream
+		for _, s := range e.slots {
+			if s != nil && (newest == nil || s.order > newest.order) {
 				newest = s
 			}
 		}
-		if need <= e.mem.FreePages() || (e.cache != nil && e.cache.evict(need)) || newest == nil {
+		if newest == nil {
 			return
 		}
 		e.preempt(newest)
 	}
+}
+
+// pagesNeeded returns the free pages this step's inputs take.
+func (e *Engine) pagesNeeded() int {
+	need := 0
+	for _, s := range e.slots {
+		if s != nil {
+			need += e.mem.PagesNeeded(s.slot, max(s.nextInput(e.opts.PrefillChunk), 1))
+		}
+	}
+	return need
 }
 
 // draw is one row's sampling result, computed in parallel with the other

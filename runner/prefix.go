@@ -24,10 +24,10 @@ import (
 //
 // The cache belongs to the engine's loop goroutine.
 type prefixCache struct {
-	mem   *model.KVMemory
-	root  pnode
-	clock int64
-	nodes int
+	mem    *model.KVMemory
+	root   pnode
+	clock  int64
+	byPage map[int]*pnode
 }
 
 type pageKey [model.PageRows]int32
@@ -43,7 +43,7 @@ type pnode struct {
 }
 
 func newPrefixCache(mem *model.KVMemory) *prefixCache {
-	return &prefixCache{mem: mem}
+	return &prefixCache{mem: mem, byPage: map[int]*pnode{}}
 }
 
 func keyOf(toks []int) pageKey {
@@ -136,7 +136,7 @@ func (c *prefixCache) insert(toks []int, slot int, partial bool) {
 				cur.full = map[pageKey]*pnode{}
 			}
 			cur.full[k] = ch
-			c.nodes++
+			c.byPage[ch.page] = ch
 			// A partial page that is a prefix of this one says nothing more.
 			cur.partial = slices.DeleteFunc(cur.partial, func(p *pnode) bool {
 				if commonPrefix(p.toks, chunk) == len(p.toks) {
@@ -175,14 +175,15 @@ func (c *prefixCache) insertPartial(cur *pnode, chunk []int, page int) {
 		return false
 	})
 	c.mem.Retain(page)
-	cur.partial = append(cur.partial, &pnode{parent: cur, toks: slices.Clone(chunk), page: page, used: c.clock})
-	c.nodes++
+	n := &pnode{parent: cur, toks: slices.Clone(chunk), page: page, used: c.clock}
+	cur.partial = append(cur.partial, n)
+	c.byPage[page] = n
 }
 
 // drop releases a leaf's page; the caller unlinks it.
 func (c *prefixCache) drop(n *pnode) {
 	c.mem.Release(n.page)
-	c.nodes--
+	delete(c.byPage, n.page)
 }
 
 // unlink removes leaf n from its parent and releases its page.
@@ -256,4 +257,17 @@ func (c *prefixCache) evict(want int) bool {
 }
 
 // size returns the pages the tree holds.
-func (c *prefixCache) size() int { return c.nodes }
+func (c *prefixCache) size() int { return len(c.byPage) }
+
+// giveUp drops page p from the tree if it is a leaf that only the tree and
+// one slot hold, so that the slot may write into it without a copy; it
+// reports whether it did. A full pool uses it where a copy of the page a
+// request continues (the previous chat turn's last page) has no room.
+func (c *prefixCache) giveUp(p int) bool {
+	n := c.byPage[p]
+	if n == nil || !n.leaf() || c.mem.Refs(p) != 2 {
+		return false
+	}
+	c.unlink(n)
+	return true
+}

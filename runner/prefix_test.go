@@ -277,3 +277,28 @@ func TestPrefixCacheTP(t *testing.T) {
 		t.Errorf("the TP model's KV memory takes %d bytes, planned %g", b, cached.KV().Bytes)
 	}
 }
+
+// A chat turn in a pool that holds just one context: the next turn's
+// prompt attaches the previous turn's pages, the last one partial, and
+// writes on into it. The pool has no page for a copy; the cache gives the
+// page up to the request instead (it would otherwise be preempted and
+// readmitted forever).
+func TestPrefixCacheFullPoolContinues(t *testing.T) {
+	lm := testModel(t) // context 48: 3 pages
+	e := newEngine(t, lm, Options{Slots: 1, KVTokens: 48})
+	plain := newEngine(t, lm, Options{Slots: 1, NoPromptCache: true})
+	rng := rand.New(rand.NewPCG(7, 8))
+	p := randTokens(rng, 20, lm.Config.VocabSize)
+	req := func(p []int, n int) Request { return Request{Prompt: p, MaxTokens: n, IgnoreEOS: true, Logprobs: true} }
+	first, _, _ := runOne(t, e, req(p, 21)) // 40 rows held: 2 pages and 8 rows
+	turn := append(append(slices.Clone(p), first...), 9, 10)
+	got, glp, u := runOne(t, e, req(turn, 3))
+	want, wlp, _ := runOne(t, plain, req(turn, 3))
+	sameBits(t, "second turn", got, want, glp, wlp)
+	if u.CachedTokens != 40 {
+		t.Errorf("%d cached tokens, want 40", u.CachedTokens)
+	}
+	if st := e.Stats(); st.Preempted != 0 {
+		t.Errorf("%d preemptions", st.Preempted)
+	}
+}
