@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -458,12 +457,14 @@ func encodeKV(dst []byte, t tensor.DType, src []float32) {
 	case tensor.F32:
 		copy(unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(dst))), len(src)), src)
 	case tensor.F16:
+		h := halves(dst, len(src))
 		for i, x := range src {
-			binary.LittleEndian.PutUint16(dst[2*i:], tensor.FloatToHalf(x))
+			h[i] = tensor.FloatToHalf(x)
 		}
 	case tensor.BF16:
+		h := halves(dst, len(src))
 		for i, x := range src {
-			binary.LittleEndian.PutUint16(dst[2*i:], tensor.FloatToBF16(x))
+			h[i] = tensor.FloatToBF16(x)
 		}
 	default:
 		// Q8_0 (checked at construction): ggml's quantize_row_q8_0.
@@ -477,13 +478,15 @@ func decodeKV(dst []float32, t tensor.DType, src []byte, rb int) {
 	case tensor.F32:
 		copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(src))), len(dst)))
 	case tensor.F16:
+		// The table's length makes every index safe, so the loop has
+		// no bounds checks.
 		tab := halfTable()
-		for i := range dst {
-			dst[i] = tab[binary.LittleEndian.Uint16(src[2*i:])]
+		for i, h := range halves(src, len(dst)) {
+			dst[i] = tab[h]
 		}
 	case tensor.BF16:
-		for i := range dst {
-			dst[i] = tensor.BF16ToFloat(binary.LittleEndian.Uint16(src[2*i:]))
+		for i, h := range halves(src, len(dst)) {
+			dst[i] = math.Float32frombits(uint32(h) << 16)
 		}
 	default:
 		K := len(dst) / (len(src) / rb)
@@ -493,10 +496,16 @@ func decodeKV(dst []float32, t tensor.DType, src []byte, rb int) {
 	}
 }
 
+// halves views the first n 16-bit elements of src, in the machine's
+// byte order (the memory is never written to a file).
+func halves(src []byte, n int) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(src))), n)[:n:n]
+}
+
 // halfTable is every binary16 value as float32 (256 KiB): decoding f16
 // keys and values by lookup is exact and much faster than converting.
-var halfTable = sync.OnceValue(func() []float32 {
-	t := make([]float32, 1<<16)
+var halfTable = sync.OnceValue(func() *[1 << 16]float32 {
+	t := new([1 << 16]float32)
 	for i := range t {
 		t[i] = tensor.HalfToFloat(uint16(i))
 	}
