@@ -38,6 +38,7 @@ type attnScratch struct {
 	scores   []float32  // per thread: G×S (G query heads a kv head)
 	kg, vg   []float32  // per thread: S×K, a kv head's keys and values decoded from the pages
 	okg      []bool     // per thread: S pad flags
+	pageTmp  []float32  // per thread: G×PageRows, one page's scores
 	capG     int        // S the gather buffers were sized for
 	items    []attnItem // work items of the call
 
@@ -87,6 +88,7 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 	if ws.capG != ws.capS*K || len(ws.okg) != ws.threads*ws.capS {
 		ws.kg, ws.vg = make([]float32, ws.threads*ws.capS*K), make([]float32, ws.threads*ws.capS*K)
 		ws.okg = make([]bool, ws.threads*ws.capS)
+		ws.pageTmp = make([]float32, ws.threads*Hq/Hkv*PageRows)
 		ws.capG = ws.capS * K
 	}
 	ws.attnJob = attnTask{a: a, ws: ws, mem: mem, layer: l, q: q, o: o, scores: ws.scores, S: ws.capS}
@@ -98,8 +100,10 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 
 // attendGroup computes, for one query token, the outputs o of the G query
 // heads q that share one kv head, over that head's keys and values km, vm
-// (row-major, K values a row, decoded from the memory's pages); the token sees rows 0..len(ok)-1, and ok[j] says whether
-// key j is a real token (not a pad). scores is scratch of G·len(ok).
+// (row-major, K values a row, decoded from the memory's pages; km nil: the
+// scores already hold q·k, from pageScores); the token sees rows
+// 0..len(ok)-1, and ok[j] says whether key j is a real token (not a pad).
+// scores is scratch of G·len(ok).
 //
 // Scores are q·k (no 1/√K) × attn_output_multiplier, then cap·tanh(s/cap),
 // then × temp (Grok-2's attention temperature; 1 for Grok-1), masked keys
@@ -127,8 +131,10 @@ func (a *MultiHeadAttention) attendGroup(o, q, km, vm []float32, ok []bool, scor
 		clear(o)
 		return
 	}
-	keys := kernels.F32Mat(km[:n*K], n, K, false)
-	kernels.MatMulRows(scores, q, G, &keys, 0, n)
+	if km != nil {
+		keys := kernels.F32Mat(km[:n*K], n, K, false)
+		kernels.MatMulRows(scores, q, G, &keys, 0, n)
+	}
 	for g := 0; g < G; g++ {
 		row := scores[g*n : (g+1)*n]
 		kernels.Softcap(row, a.AttnOutputMultiplier, a.AttnLogitCap)
@@ -186,10 +192,21 @@ func (t *attnTask) Run(worker, lo, hi int) {
 	scratch := t.scores[worker*G*t.S : (worker+1)*G*t.S]
 	km, vm := ws.kg[worker*t.S*K:(worker+1)*t.S*K], ws.vg[worker*t.S*K:(worker+1)*t.S*K]
 	ok := ws.okg[worker*t.S : (worker+1)*t.S]
+	tmp := ws.pageTmp[worker*G*PageRows : (worker+1)*G*PageRows]
 	for _, it := range ws.items[lo:hi] {
 		s := ws.seqs[it.seq]
-		// The item's last token sees the most rows; its first ones a prefix.
-		t.mem.gather(t.layer, s.slot, it.kvh, s.start+it.t1, km, vm, ok)
+		n := s.start + it.t1 // the item's last token sees the most rows; its first ones a prefix
+		if it.t1-it.t0 == 1 && t.mem.directKeys() {
+			// One token (decoding): its scores straight from the stored
+			// keys, sparing their decoding; the same bits (directKeys).
+			pos, r := s.start+it.t0, s.row+it.t0
+			h0 := r*qd + it.kvh*G*K
+			t.mem.gatherValues(t.layer, s.slot, it.kvh, n, vm, ok)
+			t.mem.pageScores(t.layer, s.slot, it.kvh, n, t.q[h0:h0+G*K], G, scratch[:G*n], tmp)
+			a.attendGroup(t.o[h0:h0+G*K], t.q[h0:h0+G*K], nil, vm, ok[:pos+1], scratch[:G*n], a.temperature(pos))
+			continue
+		}
+		t.mem.gather(t.layer, s.slot, it.kvh, n, km, vm, ok)
 		for tok := it.t0; tok < it.t1; tok++ {
 			pos, r := s.start+tok, s.row+tok
 			h0 := r*qd + it.kvh*G*K // the G query heads of this kv head

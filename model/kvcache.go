@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/grok-go/grok/kernels"
 	"github.com/grok-go/grok/tensor"
 )
 
@@ -445,9 +446,49 @@ func (m *KVMemory) gather(l, slot, kvh, n int, km, vm []float32, ok []bool) {
 	for r0 := 0; r0 < n; r0 += PageRows {
 		p, rows := t[r0/PageRows], min(PageRows, n-r0)
 		o := (p*m.KVHeads + kvh) * PageRows
-		decodeKV(km[r0*K:(r0+rows)*K], m.KType, m.k[l][o*m.kRow:(o+rows)*m.kRow], m.kRow)
-		decodeKV(vm[r0*K:(r0+rows)*K], m.VType, m.v[l][o*m.vRow:(o+rows)*m.vRow], m.vRow)
+		decodeKV(km[r0*K:(r0+rows)*K], m.KType, m.k[l][o*m.kRow:(o+rows)*m.kRow])
+		decodeKV(vm[r0*K:(r0+rows)*K], m.VType, m.v[l][o*m.vRow:(o+rows)*m.vRow])
 		copy(ok[r0:r0+rows], m.keyOK[p*PageRows:p*PageRows+rows])
+	}
+}
+
+// directKeys reports whether attention may multiply queries by the stored
+// keys in their pages: the types whose matrix kernels compute exactly
+// what the F32 kernels compute on the decoded values (they widen each
+// element and then do the same sums; TestKVDirectScoresEqualGathered).
+// Q8_0's kernels scale each block's sum instead, so its keys are decoded
+// first.
+func (m *KVMemory) directKeys() bool {
+	return m.KType == tensor.F32 || m.KType == tensor.F16 || m.KType == tensor.BF16
+}
+
+// gatherValues is gather for the values and pad flags only.
+func (m *KVMemory) gatherValues(l, slot, kvh, n int, vm []float32, ok []bool) {
+	K := m.KeySize
+	t := m.table[slot]
+	for r0 := 0; r0 < n; r0 += PageRows {
+		p, rows := t[r0/PageRows], min(PageRows, n-r0)
+		o := (p*m.KVHeads + kvh) * PageRows
+		decodeKV(vm[r0*K:(r0+rows)*K], m.VType, m.v[l][o*m.vRow:(o+rows)*m.vRow])
+		copy(ok[r0:r0+rows], m.keyOK[p*PageRows:p*PageRows+rows])
+	}
+}
+
+// pageScores computes scores = q·kᵀ for the G query vectors q over rows
+// [0, n) of kv head kvh of a slot in layer l, page by page with the keys
+// where they are stored (directKeys): scores is G×n, tmp scratch of
+// G·PageRows. Each score is one dot product, whatever the page it is in.
+func (m *KVMemory) pageScores(l, slot, kvh, n int, q []float32, G int, scores, tmp []float32) {
+	K := m.KeySize
+	t := m.table[slot]
+	for r0 := 0; r0 < n; r0 += PageRows {
+		p, rows := t[r0/PageRows], min(PageRows, n-r0)
+		o := (p*m.KVHeads + kvh) * PageRows
+		keys := kernels.Mat{Type: m.KType, Out: rows, In: K, Data: m.k[l][o*m.kRow : (o+rows)*m.kRow]}
+		kernels.MatMulRows(tmp, q, G, &keys, 0, rows)
+		for g := 0; g < G; g++ {
+			copy(scores[g*n+r0:g*n+r0+rows], tmp[g*rows:(g+1)*rows])
+		}
 	}
 }
 
@@ -472,8 +513,8 @@ func encodeKV(dst []byte, t tensor.DType, src []float32) {
 	}
 }
 
-// decodeKV decodes rows of rb bytes each from src into dst (K values a row).
-func decodeKV(dst []float32, t tensor.DType, src []byte, rb int) {
+// decodeKV decodes len(dst) values of type t from src (whole rows).
+func decodeKV(dst []float32, t tensor.DType, src []byte) {
 	switch t {
 	case tensor.F32:
 		copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(src))), len(dst)))
@@ -489,9 +530,16 @@ func decodeKV(dst []float32, t tensor.DType, src []byte, rb int) {
 			dst[i] = math.Float32frombits(uint32(h) << 16)
 		}
 	default:
-		K := len(dst) / (len(src) / rb)
-		for r := 0; r*rb < len(src); r++ {
-			_ = tensor.DecodeRow(dst[r*K:(r+1)*K], t, src[r*rb:(r+1)*rb])
+		// Q8_0, as tensor.DequantizeRow decodes it: x = q·d per block of
+		// 32, d the block's little-endian fp16 scale (EncodeRow's bytes).
+		tab := halfTable()
+		for b := 0; b*tensor.Q8BlockBytes < len(src); b++ {
+			blk := (*[tensor.Q8BlockBytes]byte)(src[b*tensor.Q8BlockBytes:])
+			y := (*[tensor.Q8BlockSize]float32)(dst[b*tensor.Q8BlockSize:])
+			d := tab[uint16(blk[0])|uint16(blk[1])<<8]
+			for j := range y {
+				y[j] = float32(int8(blk[2+j])) * d
+			}
 		}
 	}
 }
