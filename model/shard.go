@@ -107,10 +107,22 @@ func CheckShards(c *Config, n int) error {
 		errs = append(errs, fmt.Errorf("a vocabulary of %d rows does not split into %d shards", c.VocabSize, n))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("model: cannot shard the model %d ways: %w", n, err)
+		return &ShardError{N: n, Err: err}
 	}
 	return nil
 }
+
+// ShardError is the refusal of a number of shards on the model axis.
+type ShardError struct {
+	N   int   // the shards asked for
+	Err error // why: each reason, joined
+}
+
+func (e *ShardError) Error() string {
+	return fmt.Sprintf("model: cannot split the model into %d shards: %v", e.N, e.Err)
+}
+
+func (e *ShardError) Unwrap() error { return e.Err }
 
 // rowParallel lists the row-parallel matrices of layer i (their input axis
 // is split, so their quant blocks and int8 scale shards must not be), with
@@ -168,7 +180,10 @@ func CheckShardTensors(c *Config, src TensorSource, n int) error {
 			break // the same refusal for every layer: a few say it
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return &ShardError{N: n, Err: err}
+	}
+	return nil
 }
 
 // checkSplit checks that n equal parts of a row-parallel tensor's input
@@ -191,7 +206,7 @@ func checkSplit(t *tensor.Tensor, in, n int) error {
 	if in/unit == 1 {
 		hint = "its inputs are one block, which no split keeps whole"
 	}
-	return fmt.Errorf("model: tensor %q: %d shards of its %d inputs (%d each) would split its %s of %d elements along the input axis (%s)", t.Name, n, in, in/n, what, unit, hint)
+	return fmt.Errorf("tensor %q: %d shards of its %d inputs (%d each) would split its %s of %d elements along the input axis (%s)", t.Name, n, in, in/n, what, unit, hint)
 }
 
 // NewShard builds rank c.Rank()'s shard of the model of cfg over src, for
@@ -277,7 +292,7 @@ func (sh *shardState) split(name string, ls []Linear, byIn bool) error {
 		}
 		var se *kernels.SplitError
 		if errors.As(err, &se) {
-			return fmt.Errorf("model: tensor %q: %d shards would split its %s of %d elements along the input axis (shard %d: inputs [%d, %d))", name, sh.n, se.What, se.Unit, sh.rank, lo, hi)
+			return &ShardError{N: sh.n, Err: fmt.Errorf("tensor %q: shard %d's inputs [%d, %d) would split its %s of %d elements", name, sh.rank, lo, hi, se.What, se.Unit)}
 		}
 		if err != nil {
 			return fmt.Errorf("model: tensor %q, shard %d of %d: %w", name, sh.rank, sh.n, err)

@@ -459,3 +459,34 @@ func scriptGroup(t *testing.T, shards []*model.LanguageModel, seed uint64) []flo
 	run([]model.Input{{Slot: 1, Tokens: randTokens(rng, 18, c.VocabSize, true), AllLogits: true}})
 	return all
 }
+
+// A decode step of a sharded model makes two collectives a layer (after
+// attention, after the feed-forward block) plus the embedding's reduce
+// and the logits' gather, and NewTP's model counts them.
+func TestTPCollectivesPerStep(t *testing.T) {
+	c := eightKV()
+	const n = 4
+	tp, err := model.NewTP(c, testmodel.Random(c, 1), n, parallel.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if lm := mustModel(t, c, testmodel.Random(c, 1)); lm.Collectives() != nil {
+		t.Error("an unsharded model has collectives")
+	}
+	mem, _ := tp.NewKVMemory(2, 0)
+	if _, err := tp.Forward(mem, []model.Input{{Slot: 0, Tokens: []int{5, 6, 7}}, {Slot: 1, Tokens: []int{8}}}); err != nil {
+		t.Fatal(err)
+	}
+	cc := tp.Collectives()
+	cc.Reset()
+	if _, err := tp.Forward(mem, []model.Input{{Slot: 0, Tokens: []int{9}}, {Slot: 1, Tokens: []int{10}}}); err != nil {
+		t.Fatal(err)
+	}
+	s := cc.Stats()
+	per := (c.VocabSize + n - 1) / n
+	wantBytes := int64(4 * (2*c.EmbSize*(1+2*c.NumLayers) + n*2*per))
+	if s.Calls != int64(2+2*c.NumLayers) || s.Bytes != wantBytes {
+		t.Errorf("one step of 2 rows: %d collectives of %d bytes, want %d of %d", s.Calls, s.Bytes, 2+2*c.NumLayers, wantBytes)
+	}
+}

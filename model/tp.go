@@ -20,7 +20,8 @@ type tpGroup struct {
 // NewTP builds the model of cfg over src split into n shards on the model
 // axis (see shard.go), all in this process: each shard runs on a pool of
 // its own with pool's threads divided among them (at least one each), and
-// the shards meet through comm.NewLocal. The result is one LanguageModel
+// the shards meet through comm.NewLocal, each endpoint counted
+// (comm.Counting; see Collectives). The result is one LanguageModel
 // whose Config is the whole model's; Forward runs the shards concurrently
 // and returns the full logits, equal to the unsharded model's to rounding
 // (the row-parallel products sum in another order). Close releases the
@@ -35,6 +36,9 @@ func NewTP(cfg Config, src TensorSource, n int, pool *parallel.Pool) (*LanguageM
 	cs, err := comm.NewLocal(n)
 	if err != nil {
 		return nil, err
+	}
+	for r := range cs {
+		cs[r] = comm.NewCounting(cs[r])
 	}
 	return NewTPComms(cfg, src, cs, pool)
 }
@@ -84,6 +88,22 @@ func (g *tpGroup) close() {
 	for _, p := range g.pools {
 		p.Close()
 	}
+}
+
+// Collectives returns the counter of the model's collectives: rank 0's
+// endpoint of NewTP's group, or a shard's own endpoint if NewShard was
+// given a *comm.Counting; nil otherwise (an unsharded model has none).
+// Every rank makes the same calls, so rank 0's counts are each rank's.
+func (lm *LanguageModel) Collectives() *comm.Counting {
+	s := lm
+	if lm.tp != nil {
+		s = lm.tp.shards[0]
+	}
+	if s.shard == nil {
+		return nil
+	}
+	c, _ := s.shard.comm.(*comm.Counting)
+	return c
 }
 
 // Shards returns NewTP's shards (nil for other models), e.g. to read their

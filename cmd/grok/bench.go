@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/loader"
@@ -96,6 +97,18 @@ type benchResult struct {
 	// processes load the machine unevenly.
 	PairedRatio float64 `json:"roofline_ratio_paired"`
 
+	// With --tp N > 1: the shards, and per decode step (one token of each
+	// sequence) the collectives rank 0 made, their payload bytes, the time
+	// spent in them (waiting for the other shards included) and its share
+	// of the decode time; CommLatencyUs is that time per collective.
+	TP                 int       `json:"tp,omitempty"`
+	CollectivesPerStep float64   `json:"collectives_per_step,omitempty"`
+	CommBytesPerStep   float64   `json:"comm_bytes_per_step,omitempty"`
+	CommMsPerStep      float64   `json:"comm_ms_per_step,omitempty"`
+	CommShare          float64   `json:"comm_share_of_decode,omitempty"`
+	CommLatencyUs      float64   `json:"comm_us_per_collective,omitempty"`
+	CommShareRuns      []float64 `json:"comm_share_runs,omitempty"`
+
 	GoVersion string `json:"go_version"`
 	Revision  string `json:"vcs_revision,omitempty"` // of the binary: which kernels ran
 	Modified  bool   `json:"vcs_modified,omitempty"`
@@ -105,6 +118,7 @@ type benchResult struct {
 func runBench(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", "[-m MODEL] [-p 128] [-n 32] [-b 1] [-t THREADS] [-r REPS] [--json]", stderr)
 	mf := addModelFlags(fs)
+	addTPFlag(fs, mf)
 	p := fs.Int("p", 128, "prompt tokens of the prefill (one Forward call)")
 	n := fs.Int("n", 32, "tokens decoded one at a time after the prefill")
 	threads := fs.Int("t", 0, "threads (0 = all cores)")
@@ -198,10 +212,13 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	lm := m.LanguageModel
 	c := &lm.Config
 	B := o.batch
-	mem, err := model.NewKVMemory(c, B, o.p+o.n)
+	mem, err := lm.NewKVMemory(B, o.p+o.n)
 	if err != nil {
 		return err
 	}
+	cc := lm.Collectives() // nil unsharded
+	var commStep comm.Stats
+	var commSum comm.Stats
 	rng := rand.New(rand.NewPCG(o.seed, 0))
 	tok := func() int { return 1 + rng.IntN(c.VocabSize-1) } // never the pad token
 	// Each sequence (slot) has its own random prompt and continuation.
@@ -234,6 +251,9 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		mallocs := ms.Mallocs
+		if cc != nil {
+			cc.Reset()
+		}
 		t0 = time.Now()
 		for i := 0; i < steps; i++ {
 			for b := range step[:nb] {
@@ -244,6 +264,9 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 			}
 		}
 		decode = time.Since(t0)
+		if cc != nil {
+			commStep = cc.Stats()
+		}
 		runtime.ReadMemStats(&ms)
 		return prefill, decode, ms.Mallocs - mallocs, nil
 	}
@@ -283,6 +306,12 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 			return err
 		}
 		allocs += a
+		if cc != nil {
+			commSum.Calls += commStep.Calls
+			commSum.Bytes += commStep.Bytes
+			commSum.Time += commStep.Time
+			res.CommShareRuns = append(res.CommShareRuns, commStep.Time.Seconds()/dt.Seconds())
+		}
 		res.PrefillRuns = append(res.PrefillRuns, float64(B*o.p)/pt.Seconds())
 		res.DecodeRuns = append(res.DecodeRuns, float64(B*o.n)/dt.Seconds())
 		if B > 1 {
@@ -329,6 +358,17 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		res.PrefillPeakRatio = res.PrefillGFLOPs / peak
 	}
 	res.DecodeAllocs = float64(allocs) / float64(o.reps*B*o.n)
+	if cc != nil {
+		res.TP = len(lm.Shards())
+		steps := float64(o.reps * o.n)
+		res.CollectivesPerStep = float64(commSum.Calls) / steps
+		res.CommBytesPerStep = float64(commSum.Bytes) / steps
+		res.CommMsPerStep = commSum.Time.Seconds() * 1e3 / steps
+		res.CommShare = median(res.CommShareRuns)
+		if commSum.Calls > 0 {
+			res.CommLatencyUs = commSum.Time.Seconds() * 1e6 / float64(commSum.Calls)
+		}
+	}
 	if B == 1 {
 		res.AchievedGBs = float64(res.BytesPerToken) * res.DecodeTokS / 1e9
 		if res.BandwidthGBs > 0 {
@@ -393,6 +433,9 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 		r.Model, r.Type, float64(r.Params)/1e6, r.MappedMB, r.LoadS)
 	fmt.Fprintf(w, "memory    RSS %.1f MB after load, %.1f MB after the runs (mapped weights paged in)\n", r.RSSMB, r.RSSRunMB)
 	fmt.Fprintf(w, "threads   %d (GOMAXPROCS %d, %s)\n", r.Threads, runtime.GOMAXPROCS(0), r.GoVersion)
+	if r.TP > 1 {
+		fmt.Fprintf(w, "shards    %d on the model axis, in process, %d threads each\n", r.TP, max(1, r.Threads/r.TP))
+	}
 	of := ""
 	if r.Batch > 1 {
 		of = fmt.Sprintf(" × %d sequences together (aggregate)", r.Batch)
@@ -401,6 +444,10 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 	fmt.Fprintf(w, "compute   prefill %.1f GFLOP/s (%.3f GFLOP a token) / float32 FMA peak %.1f GFLOP/s (register-only FMAs, same threads, same run) = %.2f\n",
 		r.PrefillGFLOPs, r.PrefillGFLOPToken, r.FMAPeakGFLOPs, r.PrefillPeakRatio)
 	fmt.Fprintf(w, "decode    %d tokens%s: %.2f tok/s (median of %d: %s), %.2f allocations/token\n", r.Gen, of, r.DecodeTokS, r.Reps, runsList(r.DecodeRuns), r.DecodeAllocs)
+	if r.TP > 1 {
+		fmt.Fprintf(w, "comm      per decode step: %.0f collectives, %.1f KB payload, %.3f ms in them = %.1f %% of decode (median of %d: %s); %.1f µs a collective\n",
+			r.CollectivesPerStep, r.CommBytesPerStep/1e3, r.CommMsPerStep, 100*r.CommShare, r.Reps, pctList(r.CommShareRuns), r.CommLatencyUs)
+	}
 	b := r.Bytes
 	fmt.Fprintf(w, "bytes     %s read per decoded token: attention %s, %d of %d experts/layer %s, router %s, norms %s, unembedding %s, embedding row %s\n",
 		mb(b.Total), mb(b.Attention), b.ExpertsPerLayer, max(c.NumExperts, 1), mb(b.Experts), mb(b.Router), mb(b.Norms), mb(b.Unembed), mb(b.Embedding))
@@ -505,4 +552,13 @@ func cpuName() string {
 		}
 	}
 	return ""
+}
+
+// pctList is runsList of fractions, as percentages.
+func pctList(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatFloat(100*x, 'f', 1, 64)
+	}
+	return strings.Join(s, " ")
 }

@@ -146,6 +146,7 @@ func fileChatTemplate(m *loader.Model) (src, from string, err error) {
 func runChat(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("chat", "[-m MODEL] [flags]", stderr)
 	mf := addModelFlags(fs)
+	addTPFlag(fs, mf)
 	g := addGenFlags(fs)
 	tmplFlag := fs.String("chat-template", "", chatTemplateHelp())
 	system := fs.String("system", "", "system message")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/parallel"
 )
 
 func init() {
@@ -46,6 +48,7 @@ func parseTokens(s string) ([]int, error) {
 func runLogits(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("logits", "[-m MODEL] --tokens 5,17,42 [--tokens 7,8] [--incremental] [-o FILE]", stderr)
 	mf := addModelFlags(fs)
+	addTPFlag(fs, mf)
 	var toks stringList
 	fs.Var(&toks, "tokens", "comma-separated token ids of one sequence (repeat for a batch)")
 	incremental := fs.Bool("incremental", false, "feed the tokens one at a time through the KV cache")
@@ -112,7 +115,7 @@ func evalLogits(lm *model.LanguageModel, seqs [][]int, incremental bool) ([][]fl
 		}
 		maxLen = max(maxLen, len(s))
 	}
-	mem, err := model.NewKVMemory(c, len(seqs), maxLen)
+	mem, err := lm.NewKVMemory(len(seqs), maxLen)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +161,35 @@ func evalLogits(lm *model.LanguageModel, seqs [][]int, incremental bool) ([][]fl
 // modelFlags are the flags every model-using command shares.
 type modelFlags struct {
 	path, tokenizer, preset, ropeScaling *string
+	tp                                   *int // --tp (addTPFlag), or nil: one shard
+}
+
+// addTPFlag adds --tp to the commands that run the model.
+func addTPFlag(fs *flag.FlagSet, mf *modelFlags) {
+	mf.tp = fs.Int("tp", 1, "split the model into N shards on its model axis (tensor parallelism), run in this process on the threads divided among them; N must divide the kv heads")
+}
+
+// shards returns --tp's value (1 without the flag).
+func (f *modelFlags) shards() int {
+	if f.tp == nil {
+		return 1
+	}
+	return *f.tp
+}
+
+// options are the loader options of the flags.
+func (f *modelFlags) options() loader.Options {
+	o := loader.Options{TP: f.shards(), Pool: parallel.Default()}
+	if f.tokenizer != nil {
+		o.Tokenizer = *f.tokenizer
+	}
+	if f.preset != nil {
+		o.Preset = *f.preset
+	}
+	if f.ropeScaling != nil {
+		o.RopeScaling = *f.ropeScaling
+	}
+	return o
 }
 
 func addModelFlags(fs interface {
@@ -175,5 +207,5 @@ func (f *modelFlags) open(stderr io.Writer) (*loader.Model, error) {
 	if *f.path == "" {
 		return nil, usagef("-m MODEL is required")
 	}
-	return loader.Open(*f.path, loader.Options{Tokenizer: *f.tokenizer, Preset: *f.preset, RopeScaling: *f.ropeScaling})
+	return loader.Open(*f.path, f.options())
 }

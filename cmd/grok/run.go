@@ -14,6 +14,7 @@ import (
 
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/runner"
 	"github.com/grok-go/grok/sampler"
@@ -103,12 +104,28 @@ func (g *genFlags) request(prompt []int) (req runner.Request, randomSeed bool) {
 // When stderr is a terminal it says what it is loading and how long it took:
 // weights are memory-mapped, so a large model's pages arrive lazily and the
 // first tokens can be slow; the line tells the user why.
+//
+// A bad --tp is refused before any weight is read: below 1 here, and
+// counts the model cannot be split into by the loader (model.ShardError),
+// named here as the flag's fault.
 func openModelOrDefault(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
+	if n := mf.shards(); n < 1 {
+		return nil, usagef("--tp must be at least 1, got %d", n)
+	}
+	m, err := openModel(mf, stderr)
+	var se *model.ShardError
+	if errors.As(err, &se) {
+		err = fmt.Errorf("--tp %d: %w", mf.shards(), err)
+	}
+	return m, err
+}
+
+func openModel(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
 	if *mf.path == "" {
 		if rs := *mf.ropeScaling; rs != "" && rs != "none" {
 			return nil, usagef("--rope-scaling %s needs -m MODEL: the built-in demo model has plain RoPE", rs)
 		}
-		return loader.FromGGUFBytes(defaultmodel.GGUF, defaultmodel.Name)
+		return loader.FromGGUFBytesWith(defaultmodel.GGUF, defaultmodel.Name, mf.options())
 	}
 	tty := isTerminal(stderr)
 	start := time.Now()
@@ -189,6 +206,7 @@ func isTerminal(w io.Writer) bool {
 func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", "[-m MODEL] [flags] [PROMPT]", stderr)
 	mf := addModelFlags(fs)
+	addTPFlag(fs, mf)
 	g := addGenFlags(fs)
 	noEcho := fs.Bool("no-display-prompt", false, "print only the continuation, not the prompt")
 	quiet := fs.Bool("q", false, "do not print timings to stderr")

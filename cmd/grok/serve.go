@@ -32,6 +32,7 @@ func init() {
 func runServe(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "[-m MODEL] [flags]", stderr)
 	mf := addModelFlags(fs)
+	addTPFlag(fs, mf)
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (or --host and --port)")
 	host := fs.String("host", "127.0.0.1", "address to listen on (llama.cpp's spelling; with --port)")
 	port := fs.Int("port", 8080, "port to listen on (llama.cpp's spelling; with --host)")
@@ -89,6 +90,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return usagef("--ctx must not be negative")
 	case *queue < 1:
 		return usagef("--queue must be at least 1")
+	case mf.shards() < 1:
+		return usagef("--tp must be at least 1, got %d", mf.shards())
 	}
 	level := slog.LevelInfo
 	if *verbose {
