@@ -3,18 +3,36 @@ package model
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/parallel"
 )
 
 // tpGroup is NewTP's model: n shards in one process, each on a pool of
-// its own, joined by an in-process comm group.
+// its own, joined by an in-process comm group. Shards 1..n-1 each run on a
+// goroutine of their own that waits for calls (calls[r]), so that a
+// forward call starts no goroutine and allocates nothing.
 type tpGroup struct {
 	shards []*LanguageModel
 	pools  []*parallel.Pool
 	errs   []error
+	calls  []chan tpCall
+	done   chan struct{}
+	closed bool
+}
+
+// tpCall is one forward call handed to a shard's goroutine.
+type tpCall struct {
+	mem    *KVMemory
+	inputs []Input
+}
+
+// serve runs shard r's forward calls until its channel closes.
+func (g *tpGroup) serve(r int) {
+	for c := range g.calls[r] {
+		_, g.errs[r] = g.shards[r].Forward(c.mem, c.inputs)
+		g.done <- struct{}{}
+	}
 }
 
 // NewTP builds the model of cfg over src split into n shards on the model
@@ -59,7 +77,7 @@ func NewTPComms(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Poo
 	if pool == nil {
 		pool = parallel.Default()
 	}
-	g := &tpGroup{errs: make([]error, n)}
+	g := &tpGroup{errs: make([]error, n), calls: make([]chan tpCall, n), done: make(chan struct{}, n)}
 	for r, c := range cs {
 		if c.Rank() != r || c.Size() != n {
 			return nil, fmt.Errorf("model: endpoint %d is rank %d of %d", r, c.Rank(), c.Size())
@@ -73,11 +91,15 @@ func NewTPComms(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Poo
 		s.Pool = p
 		g.shards, g.pools = append(g.shards, s), append(g.pools, p)
 	}
+	for r := 1; r < n; r++ {
+		g.calls[r] = make(chan tpCall)
+		go g.serve(r)
+	}
 	return &LanguageModel{Config: cfg, Pool: pool, tp: g}, nil
 }
 
-// Close stops the worker threads of NewTP's shards; it does nothing for
-// other models. The model must not be used after.
+// Close stops the goroutines and worker threads of NewTP's shards; it
+// does nothing for other models. The model must not be used after.
 func (lm *LanguageModel) Close() {
 	if lm.tp != nil {
 		lm.tp.close()
@@ -85,6 +107,15 @@ func (lm *LanguageModel) Close() {
 }
 
 func (g *tpGroup) close() {
+	if g.closed {
+		return
+	}
+	g.closed = true
+	for _, c := range g.calls {
+		if c != nil {
+			close(c)
+		}
+	}
 	for _, p := range g.pools {
 		p.Close()
 	}
@@ -175,6 +206,9 @@ func (g *tpGroup) forward(lm *LanguageModel, mem *KVMemory, inputs []Input) ([]f
 	if err != nil {
 		return nil, err
 	}
+	if g.closed {
+		return nil, fmt.Errorf("model: Forward on a closed model")
+	}
 	if N, _, err := checkInputs(&lm.Config, mem, inputs); err != nil || N == 0 {
 		return nil, err
 	}
@@ -190,16 +224,13 @@ func (g *tpGroup) forward(lm *LanguageModel, mem *KVMemory, inputs []Input) ([]f
 	}
 	mem.grouped = true
 	defer func() { mem.grouped = false }()
-	var wg sync.WaitGroup
 	for r := 1; r < len(g.shards); r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			_, g.errs[r] = g.shards[r].Forward(parts[r], inputs)
-		}(r)
+		g.calls[r] <- tpCall{mem: parts[r], inputs: inputs}
 	}
 	logits, err0 := g.shards[0].Forward(parts[0], inputs)
-	wg.Wait()
+	for r := 1; r < len(g.shards); r++ {
+		<-g.done
+	}
 	g.errs[0] = err0
 	err = nil
 	for _, e := range g.errs {
