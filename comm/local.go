@@ -114,12 +114,16 @@ func (c *local) AllReduceSum(buf []float32) error {
 		return fmt.Errorf("comm: AllReduceSum of %d elements on rank %d, %d on rank 0", len(buf), c.rank, n)
 	}
 	lo, hi := c.rank*n/g.n, (c.rank+1)*n/g.n
-	for i := lo; i < hi; i++ {
-		s := g.f32[0][i]
-		for q := 1; q < g.n; q++ {
-			s += g.f32[q][i]
+	// Rank by rank over the share (the same additions, in the same order,
+	// as element by element), in loops the compiler keeps tight.
+	sum := g.sum[lo:hi]
+	copy(sum, g.f32[0][lo:hi])
+	for q := 1; q < g.n; q++ {
+		add := g.f32[q][lo:hi]
+		add = add[:len(sum)]
+		for i := range sum {
+			sum[i] += add[i]
 		}
-		g.sum[i] = s
 	}
 	if err := g.barrier(); err != nil {
 		return err
