@@ -29,7 +29,8 @@ type StepBytes struct {
 // counted (2·layers·Hkv·K·4 bytes per token of context).
 //
 // For NewTP's model it is the sum over the shards (each reads its own
-// slices); for a shard, its own slices.
+// slices; the replicated norms and router count once a shard); for a
+// shard, its own slices.
 func (lm *LanguageModel) DecodeStepBytes() StepBytes {
 	var b StepBytes
 	if lm.tp != nil {
@@ -40,11 +41,11 @@ func (lm *LanguageModel) DecodeStepBytes() StepBytes {
 			b.Experts += sb.Experts
 			b.DenseMLP += sb.DenseMLP
 			b.Norms += sb.Norms
-			b.Embedding += sb.Embedding
+			b.Embedding = sb.Embedding // one shard owns the token's row
 			b.Unembed += sb.Unembed
-			b.Total += sb.Total
 			b.ExpertsPerLayer = sb.ExpertsPerLayer
 		}
+		b.Total = b.Attention + b.Router + b.Experts + b.DenseMLP + b.Norms + b.Embedding + b.Unembed
 		return b
 	}
 	c := &lm.Config
@@ -98,6 +99,14 @@ func matBytes(m *kernels.Mat) int64 {
 func (lm *LanguageModel) PrefillFLOPs(p int) float64 {
 	if p <= 0 {
 		return 0
+	}
+	if lm.tp != nil {
+		// Each shard's share; the replicated router counts once a shard.
+		var f float64
+		for _, s := range lm.tp.shards {
+			f += s.PrefillFLOPs(p)
+		}
+		return f
 	}
 	c := &lm.Config
 	var mac float64 // multiply-adds per token

@@ -490,3 +490,27 @@ func TestTPCollectivesPerStep(t *testing.T) {
 		t.Errorf("one step of 2 rows: %d collectives of %d bytes, want %d of %d", s.Calls, s.Bytes, 2+2*c.NumLayers, wantBytes)
 	}
 }
+
+// The byte and FLOP counts of a sharded model add up its shards' slices:
+// the same matrices as the unsharded model's, the replicated router and
+// norms once a shard.
+func TestTPCounts(t *testing.T) {
+	c := withGrok2(eightKV(), 512)
+	src := testmodel.Random(c, 1)
+	lm := mustModel(t, c, src)
+	tp, err := model.NewTP(c, src, 4, parallel.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	a, b := lm.DecodeStepBytes(), tp.DecodeStepBytes()
+	if a.Attention != b.Attention || a.Experts != b.Experts || a.DenseMLP != b.DenseMLP || a.Unembed != b.Unembed ||
+		4*a.Router != b.Router || 4*a.Norms != b.Norms || a.Embedding != b.Embedding {
+		t.Errorf("step bytes: unsharded %+v, 4 shards %+v", a, b)
+	}
+	fa, fb := lm.PrefillFLOPs(16), tp.PrefillFLOPs(16)
+	router := 2 * float64(c.NumLayers*c.NumExperts*c.EmbSize)
+	if d := fb - fa - 3*router; d < -1 || d > 1 {
+		t.Errorf("prefill FLOPs: unsharded %g, 4 shards %g (want the router 3 times more)", fa, fb)
+	}
+}
