@@ -15,6 +15,7 @@ import (
 
 	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/internal/mmap"
 	"github.com/grok-go/grok/internal/safefile"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
@@ -70,12 +71,20 @@ func checkRopeScaling(opt Options, format string) error {
 	return fmt.Errorf("loader: unknown RoPE scaling %q (want %s)", opt.RopeScaling, RopeScalings)
 }
 
+// mappedSource lets a shard release the pages of the matrices it copies
+// its slices out of (model.PageReleaser): the formats' tensors are views
+// of files mapped by internal/mmap, which releases only those.
+type mappedSource struct{ model.TensorSource }
+
+func (mappedSource) Mapped(b []byte) bool  { return mmap.Mapped(b) }
+func (mappedSource) ReleasePages(b []byte) { mmap.Release(b) }
+
 // newModel builds the model of cfg over src as opt asks: whole, split in
 // process, or one rank's shard.
 func newModel(cfg model.Config, src model.TensorSource, opt Options) (*model.LanguageModel, error) {
 	switch {
 	case opt.Comm != nil:
-		return model.NewShard(cfg, src, opt.Comm)
+		return model.NewShard(cfg, mappedSource{src}, opt.Comm)
 	case opt.TP > 1 || opt.TP < 0:
 		return model.NewTP(cfg, src, opt.TP, opt.Pool)
 	}

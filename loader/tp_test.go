@@ -5,10 +5,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/internal/testmodel"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/parallel"
 )
 
 // tpGoldenTol bounds how far the in-process sharded model's logits may be
@@ -136,5 +139,56 @@ func TestTPGoldenModels(t *testing.T) {
 	}
 	if _, err := os.Stat("../testdata/grok-k256"); err != nil || len(k256) == 0 {
 		t.Errorf("no K-quant files in testdata/grok-k256")
+	}
+}
+
+// Options.Comm builds one rank's shard, as an MPI rank does: two ranks
+// opened separately over a mapped file (their strided slices copied and
+// the pages released) give the bits of the in-process split.
+func TestTPRanksOverMappedFile(t *testing.T) {
+	for _, path := range []string{"../testdata/grok-tiny/grok-tiny-q8_0.gguf", "../testdata/xai-ckpt-tiny"} {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			tp, err := Open(path, Options{TP: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tp.Close()
+			toks := []int{5, 17, 42, 9, 100, 3}
+			want, err := testmodel.FullLogits(tp.LanguageModel, toks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, _ := comm.NewLocal(2)
+			ranks := make([]*Model, 2)
+			for r := range ranks {
+				if ranks[r], err = Open(path, Options{Comm: cs[r]}); err != nil {
+					t.Fatal(err)
+				}
+				defer ranks[r].Close()
+				ranks[r].LanguageModel.Pool = parallel.New(1)
+				if sh := ranks[r].Sharding(); sh.Rank != r || sh.Size != 2 {
+					t.Fatalf("rank %d: Sharding %+v", r, sh)
+				}
+			}
+			got := make([][]float32, 2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range ranks {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got[r], errs[r] = testmodel.FullLogits(ranks[r].LanguageModel, toks)
+				}()
+			}
+			wg.Wait()
+			for r := range ranks {
+				if errs[r] != nil {
+					t.Fatal(errs[r])
+				}
+				if d := testmodel.MaxAbsDiff(got[r], want); d != 0 {
+					t.Errorf("rank %d: max |Δ| = %g from the in-process split, want the same bits", r, d)
+				}
+			}
+		})
 	}
 }

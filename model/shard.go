@@ -44,7 +44,30 @@ type shardState struct {
 	vlo, vhi int // the vocabulary rows this rank owns
 	vper     int // rows per rank in the gather (the last rank's may be fewer)
 
+	// rel, if set, lets go of mapped pages: strided slices are then
+	// copied (packed) and the pages they came from released after the
+	// build (released), see PageReleaser.
+	rel      PageReleaser
+	released [][]byte
+
 	local, send, gathered []float32
+}
+
+// PageReleaser is implemented by a TensorSource whose tensors may be views
+// of a mapped file (the loader's sources). A slice of a matrix along the
+// axis its stored rows run (a row-parallel slice of [out, in], a
+// column-parallel one of [in, out]) shares every page with the other
+// shards' slices when its rows are a page or so long, so reading it puts
+// the whole matrix in this process's resident memory. NewShard therefore
+// copies such slices into memory of its own and releases the matrix's
+// pages: a rank's resident memory is then its share, not most of the file.
+type PageReleaser interface {
+	// Mapped reports whether b lies in mapped file pages ReleasePages
+	// may drop (never for memory of the Go heap).
+	Mapped(b []byte) bool
+	// ReleasePages drops the whole pages within b from the process's
+	// resident memory; they read back unchanged if touched again.
+	ReleasePages(b []byte)
 }
 
 // Sharding describes a model's place on the model axis.
@@ -215,6 +238,13 @@ func checkSplit(t *tensor.Tensor, in, n int) error {
 // weight is read. The shard's matrices are views of its own slices of
 // src's tensors only.
 func NewShard(cfg Config, src TensorSource, c comm.Comm) (*LanguageModel, error) {
+	return newShard(cfg, src, c, true)
+}
+
+// newShard is NewShard; release says whether strided slices of a
+// PageReleaser's mapped tensors are copied and their pages released (not
+// in process, where the shards share the mapping).
+func newShard(cfg Config, src TensorSource, c comm.Comm, release bool) (*LanguageModel, error) {
 	n, r := c.Size(), c.Rank()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -227,7 +257,33 @@ func NewShard(cfg Config, src TensorSource, c comm.Comm) (*LanguageModel, error)
 	}
 	per := vocabSplit(cfg.VocabSize, n)
 	sh := &shardState{comm: c, rank: r, n: n, full: cfg, vlo: r * per, vhi: min(cfg.VocabSize, (r+1)*per), vper: per}
-	return build(cfg, src, sh)
+	if release {
+		sh.rel, _ = src.(PageReleaser)
+	}
+	lm, err := build(cfg, src, sh)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range sh.released {
+		sh.rel.ReleasePages(b)
+	}
+	sh.released = nil
+	return lm, nil
+}
+
+// packed copies a strided matrix's rows into memory of its own.
+func packed(m kernels.Mat) kernels.Mat {
+	rows, cols := m.Out, m.In
+	if m.Transposed {
+		rows, cols = m.In, m.Out
+	}
+	rb, _ := m.Type.RowBytes(cols)
+	data := make([]byte, rows*rb)
+	for r := 0; r < rows; r++ {
+		copy(data[r*rb:(r+1)*rb], m.Data[r*m.Stride:r*m.Stride+rb])
+	}
+	m.Data, m.Stride = data, 0
+	return m
 }
 
 // vocabSource hands out the rank's rows of the embedding and unembedding
@@ -296,6 +352,10 @@ func (sh *shardState) split(name string, ls []Linear, byIn bool) error {
 		}
 		if err != nil {
 			return fmt.Errorf("model: tensor %q, shard %d of %d: %w", name, sh.rank, sh.n, err)
+		}
+		if sh.rel != nil && s.Stride != 0 && sh.rel.Mapped(m.Data) {
+			s = packed(s)
+			sh.released = append(sh.released, m.Data)
 		}
 		*m = s
 	}

@@ -333,6 +333,22 @@ func (s countingSource) Lookup(name string) (*tensor.Tensor, bool) {
 	return s.TensorSource.Lookup(name)
 }
 
+// cloneSource copies every tensor's bytes (and scales).
+func cloneSource(src testmodel.Source) testmodel.Source {
+	out := testmodel.Source{}
+	for k, v := range src {
+		cp := *v
+		cp.Data = slices.Clone(v.Data)
+		if v.Scales != nil {
+			sc := *v.Scales
+			sc.Data = slices.Clone(v.Scales.Data)
+			cp.Scales = &sc
+		}
+		out[k] = &cp
+	}
+	return out
+}
+
 // poisonOutside overwrites with NaN every element of an F32 [.., rows,
 // cols] tensor outside rows [lo, hi) (byRows) or columns [lo, hi).
 func poisonOutside(t *tensor.Tensor, byRows bool, lo, hi int) {
@@ -362,12 +378,7 @@ func TestShardReadsOnlyItsSlices(t *testing.T) {
 	cs, _ := comm.NewLocal(n)
 	shards := make([]*model.LanguageModel, n)
 	for r := range shards {
-		src := testmodel.Source{}
-		for k, v := range base {
-			cp := *v
-			cp.Data = slices.Clone(v.Data)
-			src[k] = &cp
-		}
+		src := cloneSource(base)
 		s, err := model.NewShard(c, src, cs[r])
 		if err != nil {
 			t.Fatal(err)
@@ -512,5 +523,66 @@ func TestTPCounts(t *testing.T) {
 	router := 2 * float64(c.NumLayers*c.NumExperts*c.EmbSize)
 	if d := fb - fa - 3*router; d < -1 || d > 1 {
 		t.Errorf("prefill FLOPs: unsharded %g, 4 shards %g (want the router 3 times more)", fa, fb)
+	}
+}
+
+// releasingSource is a PageReleaser over heap tensors: every tensor counts
+// as mapped, and a released range is overwritten with NaN, so that a shard
+// still reading it would show in its logits.
+type releasingSource struct {
+	testmodel.Source
+	released *int
+}
+
+func (releasingSource) Mapped([]byte) bool { return true }
+
+func (s releasingSource) ReleasePages(b []byte) {
+	*s.released += len(b)
+	for i := 0; i+4 <= len(b); i += 4 {
+		copy(b[i:], []byte{0, 0, 0xc0, 0x7f})
+	}
+}
+
+// Over a PageReleaser, NewShard copies its strided slices (here the
+// row-parallel ones of ggml's [out, in] layout, and the column-parallel
+// ones of xAI's [in, out]) and releases the matrices they came from: the
+// group's logits are the bits of the in-process model's, whose shards keep
+// views, and nothing released is read again.
+func TestShardPacksStridedSlices(t *testing.T) {
+	c := withGrok2(eightKV(), 512)
+	for _, tc := range []struct {
+		name string
+		src  func() testmodel.Source
+	}{
+		{"ggml", func() testmodel.Source { return testmodel.Random(c, 11) }},
+		{"xai-int8", func() testmodel.Source { return int8Source(t, testmodel.Random(c, 11), 8) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 2
+			base := tc.src()
+			tp, err := model.NewTP(c, base, n, parallel.New(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tp.Close()
+			want := script(t, tp, 4)
+			cs, _ := comm.NewLocal(n)
+			shards := make([]*model.LanguageModel, n)
+			for r := range shards {
+				released := 0
+				s, err := model.NewShard(c, releasingSource{cloneSource(base), &released}, cs[r])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if released == 0 {
+					t.Fatalf("rank %d released nothing", r)
+				}
+				s.Pool = parallel.New(1)
+				shards[r] = s
+			}
+			if d := testmodel.MaxAbsDiff(scriptGroup(t, shards, 4), want); d != 0 {
+				t.Errorf("packed shards: max |Δ| = %g from the in-process model's views, want the same bits", d)
+			}
+		})
 	}
 }

@@ -82,7 +82,7 @@ func NewTPComms(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Poo
 		if c.Rank() != r || c.Size() != n {
 			return nil, fmt.Errorf("model: endpoint %d is rank %d of %d", r, c.Rank(), c.Size())
 		}
-		s, err := NewShard(cfg, src, c)
+		s, err := newShard(cfg, src, c, false)
 		if err != nil {
 			g.close()
 			return nil, err

@@ -9,6 +9,8 @@ import (
 	"math"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/grok-go/grok/internal/safefile"
 )
 
@@ -37,5 +39,18 @@ func Map(path string) ([]byte, func() error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: mmap: %w", path, err)
 	}
-	return data, func() error { return syscall.Munmap(data) }, nil
+	register(data)
+	return data, func() error { unregister(data); return syscall.Munmap(data) }, nil
+}
+
+// mapsFiles: Map's bytes are file pages, which Release may drop.
+const mapsFiles = true
+
+var pageSize = syscall.Getpagesize()
+
+// dropPages is madvise(MADV_DONTNEED) on whole pages of a read-only
+// shared file mapping: the process lets go of them, and a later read
+// faults them in again, unchanged.
+func dropPages(b []byte) {
+	unix.Madvise(b, unix.MADV_DONTNEED)
 }
