@@ -45,10 +45,9 @@ type shardState struct {
 	vper     int // rows per rank in the gather (the last rank's may be fewer)
 
 	// rel, if set, lets go of mapped pages: strided slices are then
-	// copied (packed) and the pages they came from released after the
-	// build (released), see PageReleaser.
-	rel      PageReleaser
-	released [][]byte
+	// copied (packed) and the pages they came from released at once, see
+	// PageReleaser.
+	rel PageReleaser
 
 	local, send, gathered []float32
 }
@@ -260,15 +259,7 @@ func newShard(cfg Config, src TensorSource, c comm.Comm, release bool) (*Languag
 	if release {
 		sh.rel, _ = src.(PageReleaser)
 	}
-	lm, err := build(cfg, src, sh)
-	if err != nil {
-		return nil, err
-	}
-	for _, b := range sh.released {
-		sh.rel.ReleasePages(b)
-	}
-	sh.released = nil
-	return lm, nil
+	return build(cfg, src, sh)
 }
 
 // packed copies a strided matrix's rows into memory of its own.
@@ -354,8 +345,11 @@ func (sh *shardState) split(name string, ls []Linear, byIn bool) error {
 			return fmt.Errorf("model: tensor %q, shard %d of %d: %w", name, sh.rank, sh.n, err)
 		}
 		if sh.rel != nil && s.Stride != 0 && sh.rel.Mapped(m.Data) {
+			// Nothing else refers to the whole matrix: its pages can go
+			// as soon as the slice is copied, which keeps the peak at load
+			// near the share too.
 			s = packed(s)
-			sh.released = append(sh.released, m.Data)
+			sh.rel.ReleasePages(m.Data)
 		}
 		*m = s
 	}
