@@ -232,19 +232,29 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 	}
 	c := &lm.Config
 	if mem.KVHeads != c.NumKVHeads || mem.KeySize != c.KeySize || mem.layers != c.NumLayers {
+		lm.abort()
 		return nil, fmt.Errorf("model: KV memory was made for another model")
 	}
+	// Bad inputs are refused alike by every rank of a shard group (the
+	// same calls leave every rank's memory at the same steps), before any
+	// collective: the group carries on.
 	N, rows, err := checkInputs(c, mem, inputs)
 	if err != nil || N == 0 {
 		return nil, err
 	}
 	logits, err := lm.forward(mem, inputs, N, rows)
-	if err != nil && lm.shard != nil {
-		// The other ranks may be waiting in a collective this rank will
-		// not make: end the group rather than leave them hanging.
-		lm.shard.comm.Abort(1)
+	if err != nil {
+		lm.abort()
 	}
 	return logits, err
+}
+
+// abort ends a shard's group after a failure of this rank alone: the
+// other ranks may be waiting in a collective it will not make.
+func (lm *LanguageModel) abort() {
+	if lm.shard != nil {
+		lm.shard.comm.Abort(1)
+	}
 }
 
 // checkInputs checks a call's inputs against the config and the memory

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/internal/testmodel"
@@ -584,5 +585,48 @@ func TestShardPacksStridedSlices(t *testing.T) {
 				t.Errorf("packed shards: max |Δ| = %g from the in-process model's views, want the same bits", d)
 			}
 		})
+	}
+}
+
+// A bad input is refused by every shard alike and the group carries on; a
+// failure of one rank alone (here a memory of another shape) ends the
+// group, so that the others return instead of waiting in a collective.
+func TestShardErrors(t *testing.T) {
+	c := eightKV()
+	tp, err := model.NewTP(c, testmodel.Random(c, 1), 2, parallel.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	mem, _ := tp.NewKVMemory(1, 0)
+	if _, err := tp.Forward(mem, []model.Input{{Tokens: []int{c.VocabSize}}}); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Errorf("bad token: %v", err)
+	}
+	if _, err := tp.Forward(mem, []model.Input{{Tokens: []int{5}}}); err != nil {
+		t.Errorf("after a refused input: %v", err)
+	}
+
+	cs, _ := comm.NewLocal(2)
+	shards := make([]*model.LanguageModel, 2)
+	for r := range shards {
+		if shards[r], err = model.NewShard(c, testmodel.Random(c, 1), cs[r]); err != nil {
+			t.Fatal(err)
+		}
+		shards[r].Pool = parallel.New(1)
+	}
+	good, _ := shards[0].NewKVMemory(1, 0)
+	wrong, _ := model.NewKVMemory(&c, 1, 0) // the whole model's heads
+	done := make(chan error, 2)
+	go func() { _, err := shards[0].Forward(good, []model.Input{{Tokens: []int{5}}}); done <- err }()
+	go func() { _, err := shards[1].Forward(wrong, []model.Input{{Tokens: []int{5}}}); done <- err }()
+	for range shards {
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Error("a rank succeeded")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a rank hung after the other failed")
+		}
 	}
 }
