@@ -41,6 +41,10 @@ import (
 // next (0: rows are packed, RowBytes apart). A slice of a larger matrix
 // along the axis its rows run (SliceIn of [out, in], SliceOut of [in, out])
 // is strided: it stays a view into the larger matrix's bytes.
+//
+// Parts, if not nil, hold the matrix as pieces that lie apart in memory
+// (a model file's tensor-parallel slices, see Parted); Data is then nil.
+// PartsIn says which axis they cut: the input axis, or (false) the outputs.
 type Mat struct {
 	Type       tensor.DType
 	Out, In    int
@@ -49,6 +53,8 @@ type Mat struct {
 	Scales     []float32
 	Shards     int
 	Stride     int
+	Parts      []Mat
+	PartsIn    bool
 }
 
 // stride returns the bytes from one stored row to the next.
@@ -88,6 +94,9 @@ var ExactQuant = true
 func (m *Mat) Validate() error {
 	if m.Out <= 0 || m.In <= 0 {
 		return fmt.Errorf("kernels: matrix %d×%d has no elements", m.Out, m.In)
+	}
+	if m.Parts != nil {
+		return m.validateParts()
 	}
 	rows, cols := m.Out, m.In
 	if m.Transposed {
@@ -140,6 +149,10 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 	// The assembly trusts these sizes; Validate covered Data and Scales.
 	if lo < 0 || hi > m.Out || len(x) < n*m.In || len(dst) < n*m.Out {
 		panic(fmt.Sprintf("kernels: MatMulRows(%d×%d, n=%d, [%d,%d)) with len(x)=%d, len(dst)=%d", m.Out, m.In, n, lo, hi, len(x), len(dst)))
+	}
+	if m.Parts != nil {
+		matMulParts(dst, x, n, m, lo, hi)
+		return
 	}
 	quant := !ExactQuant && !m.Transposed && (m.Type == tensor.Q8_0 || m.Type == tensor.I8)
 	ks := active

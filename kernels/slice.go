@@ -15,6 +15,9 @@ func (m *Mat) SliceOut(lo, hi int) (Mat, error) {
 	if lo < 0 || hi > m.Out || lo >= hi {
 		return Mat{}, fmt.Errorf("kernels: outputs [%d, %d) of a matrix of %d", lo, hi, m.Out)
 	}
+	if m.Parts != nil {
+		return m.sliceParts(lo, hi, false)
+	}
 	s := *m
 	s.Out = hi - lo
 	st := m.stride()
@@ -47,6 +50,9 @@ func (m *Mat) SliceOut(lo, hi int) (Mat, error) {
 func (m *Mat) SliceIn(lo, hi int) (Mat, error) {
 	if lo < 0 || hi > m.In || lo >= hi {
 		return Mat{}, fmt.Errorf("kernels: inputs [%d, %d) of a matrix of %d", lo, hi, m.In)
+	}
+	if m.Parts != nil {
+		return m.sliceParts(lo, hi, true)
 	}
 	unit, what := 1, ""
 	switch {

@@ -1,0 +1,261 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/grok-go/grok/tensor"
+)
+
+// A matrix in parts is one whose bytes are not one run: xai-org/grok-2's
+// experts are stored as 8 tensor-parallel slices in 8 files, each mapped
+// where it lies. Output-axis parts (w1, w3) each hold a run of whole
+// output rows; input-axis parts (w2) each hold every output row for a run
+// of the input axis. A product over parts has the bits of the product over
+// the joined matrix: an output row's dot product is the same whichever
+// part holds the row, and over input-axis parts whose boundaries lie on
+// the dotSpan grid the kernels add the same span sums to the output in the
+// same order, part after part, with no clearing between.
+
+// Parted returns the matrix made of parts, in order, without copying
+// them: with in false each part holds the next outputs (all In inputs),
+// with in set the next inputs (all Out outputs). The parts must be [out,
+// in] F32, F16 or BF16 matrices of one type, without parts of their own;
+// input-axis parts must start on the dotSpan grid (a *SplitError
+// otherwise: such a matrix must be joined to keep the bits of its
+// product). One part is returned as it is.
+func Parted(parts []Mat, in bool) (Mat, error) {
+	if len(parts) == 0 {
+		return Mat{}, fmt.Errorf("kernels: a matrix of no parts")
+	}
+	if len(parts) == 1 {
+		return parts[0], parts[0].Validate()
+	}
+	p0 := &parts[0]
+	m := Mat{Type: p0.Type, Out: p0.Out, In: p0.In, Parts: append([]Mat(nil), parts...), PartsIn: in}
+	m.Out, m.In = 0, 0
+	for _, p := range parts {
+		if in {
+			m.In += p.In
+		} else {
+			m.Out += p.Out
+		}
+	}
+	if in {
+		m.Out = p0.Out
+	} else {
+		m.In = p0.In
+	}
+	return m, m.Validate()
+}
+
+// validateParts is Validate of a matrix in parts.
+func (m *Mat) validateParts() error {
+	if m.Data != nil || m.Transposed || m.Scales != nil || m.Stride != 0 {
+		return fmt.Errorf("kernels: a matrix in parts has no data, scales or stride of its own")
+	}
+	switch m.Type {
+	case tensor.F32, tensor.F16, tensor.BF16:
+	default:
+		return fmt.Errorf("kernels: %v matrices cannot be multiplied in parts (F32, F16 and BF16 can)", m.Type)
+	}
+	k, o := 0, 0
+	for i := range m.Parts {
+		p := &m.Parts[i]
+		if p.Parts != nil || p.Transposed || p.Type != m.Type {
+			return fmt.Errorf("kernels: part %d of a %v matrix in parts is %v (transposed %v, parts %d)", i, m.Type, p.Type, p.Transposed, len(p.Parts))
+		}
+		if m.PartsIn && p.Out != m.Out || !m.PartsIn && p.In != m.In {
+			return fmt.Errorf("kernels: part %d (%d×%d) does not fit a %d×%d matrix in parts", i, p.Out, p.In, m.Out, m.In)
+		}
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("kernels: part %d: %w", i, err)
+		}
+		if m.PartsIn && k%dotSpan != 0 {
+			return &SplitError{Unit: dotSpan, What: "summation span", Lo: k, Hi: k + p.In}
+		}
+		k += p.In
+		o += p.Out
+	}
+	if m.PartsIn && (k != m.In || m.Out <= 0) || !m.PartsIn && (o != m.Out || m.In <= 0) {
+		return fmt.Errorf("kernels: parts of %d outputs and %d inputs in all do not make a %d×%d matrix", o, k, m.Out, m.In)
+	}
+	return nil
+}
+
+// sliceParts is SliceOut (byIn false) or SliceIn of a matrix in parts:
+// along the axis the parts cut, the parts that overlap [lo, hi), each cut
+// to it; across it, every part cut. The result is again in parts, or one
+// part alone.
+func (m *Mat) sliceParts(lo, hi int, byIn bool) (Mat, error) {
+	cut := func(p *Mat, a, b int) (Mat, error) {
+		if byIn {
+			return p.SliceIn(a, b)
+		}
+		return p.SliceOut(a, b)
+	}
+	var out []Mat
+	o := 0
+	for i := range m.Parts {
+		p := &m.Parts[i]
+		if byIn != m.PartsIn {
+			s, err := cut(p, lo, hi)
+			if err != nil {
+				return Mat{}, err
+			}
+			out = append(out, s)
+			continue
+		}
+		w := p.Out
+		if byIn {
+			w = p.In
+		}
+		if a, b := max(lo, o), min(hi, o+w); a < b {
+			s, err := cut(p, a-o, b-o)
+			if err != nil {
+				return Mat{}, err
+			}
+			out = append(out, s)
+		}
+		o += w
+	}
+	return Parted(out, m.PartsIn)
+}
+
+// matMulParts is MatMulRows over a matrix in parts: dst is cleared, then
+// each part adds its products, in order.
+func matMulParts(dst, x []float32, n int, m *Mat, lo, hi int) {
+	In, Out := m.In, m.Out
+	ks := active
+	if ks == nil {
+		partsRef(dst, x, n, m, lo, hi)
+		return
+	}
+	for t := 0; t < n; t++ {
+		clear(dst[t*Out+lo : t*Out+hi])
+	}
+	k, o := 0, 0
+	for i := range m.Parts {
+		p := &m.Parts[i]
+		if m.PartsIn {
+			ks.partDot(dst, Out, x[k:], In, n, p, lo, hi)
+			k += p.In
+			continue
+		}
+		if a, b := max(lo, o), min(hi, o+p.Out); a < b {
+			ks.partDot(dst[o:], Out, x, In, n, p, a-o, b-o)
+		}
+		o += p.Out
+	}
+}
+
+// partDot adds Σ_k W[r][k]·x[t][k] over p's inputs to dst[t·ldo+r] for its
+// rows [lo, hi) and n tokens (x rows ldx apart), on the dotSpan grid from
+// p's first input: dotMatMul's tiling and order with the strides of the
+// whole matrix, and without clearing dst.
+func (ks *kernelSet) partDot(dst []float32, ldo int, x []float32, ldx, n int, p *Mat, lo, hi int) {
+	fam := &ks.dot[dotKind(p.Type)]
+	In := p.In
+	rb := p.stride()
+	wstep := weightOffset(p.Type, fam.E)
+	c := chunk(n, In, 4, dotSpan)
+	if n <= fam.T && c >= In {
+		partDecode(dst, ldo, x, ldx, n, p, lo, hi, fam, rb)
+		return
+	}
+	var tail [4][64]float32 // decoded weights past the last whole step
+	forTiles(n, fam.T, lo, hi, fam.R, 1, In, c, func(_, k0, k1, r0, R int) {
+		steps := (k1 - k0) / fam.E
+		kt := k0 + steps*fam.E
+		kern := fam.full
+		if R < fam.R {
+			kern = fam.one
+		}
+		for r := 0; r < R && kt < k1; r++ {
+			row := p.Data[(r0+r)*rb:]
+			if err := tensor.DecodeRow(tail[r][:k1-kt], p.Type, row[weightOffset(p.Type, kt):]); err != nil {
+				panic(err) // unreachable: Validate checked the sizes
+			}
+		}
+		wp := &p.Data[r0*rb+weightOffset(p.Type, k0)]
+		for t0 := 0; t0 < n; t0 += fam.T {
+			T := min(fam.T, n-t0)
+			kern[T-1].callGrid(wp, rb, &x[t0*ldx+k0], 4*ldx, steps, &dst[t0*ldo+r0], 4*ldo, nil, fam.E, wstep)
+			for t := 0; t < T && kt < k1; t++ {
+				xt := x[(t0+t)*ldx+kt : (t0+t)*ldx+k1]
+				for r := 0; r < R; r++ {
+					dst[(t0+t)*ldo+r0+r] += dotRef(tail[r][:k1-kt], xt)
+				}
+			}
+		}
+	})
+}
+
+// partDecode is partDot for a decode step: dotDecode with the strides of
+// the whole matrix (F16 and BF16 span by span, the others row by row).
+func partDecode(dst []float32, ldo int, x []float32, ldx, n int, p *Mat, lo, hi int, fam *dotFamily, rb int) {
+	In := p.In
+	steps := In / fam.E
+	wstep := weightOffset(p.Type, fam.E)
+	full, one := fam.full[n-1], fam.one[n-1]
+	span := steps
+	if p.Type == tensor.F16 || p.Type == tensor.BF16 {
+		span = dotSpan / fam.E
+	}
+	for s0 := 0; s0 < steps; s0 += span {
+		ns := min(span, steps-s0)
+		wo := weightOffset(p.Type, s0*fam.E)
+		r0 := lo
+		for ; r0+fam.R <= hi; r0 += fam.R {
+			full.callGrid(&p.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*ldx, ns, &dst[r0], 4*ldo, nil, fam.E, wstep)
+		}
+		for ; r0 < hi; r0++ {
+			one.callGrid(&p.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*ldx, ns, &dst[r0], 4*ldo, nil, fam.E, wstep)
+		}
+	}
+	kt := steps * fam.E
+	if kt == In {
+		return
+	}
+	var tail [64]float32 // decoded weights past the last whole step
+	for r := lo; r < hi; r++ {
+		if err := tensor.DecodeRow(tail[:In-kt], p.Type, p.Data[r*rb+weightOffset(p.Type, kt):r*rb+p.rowBytes()]); err != nil {
+			panic(err) // unreachable: Validate checked the sizes
+		}
+		for t := 0; t < n; t++ {
+			dst[t*ldo+r] += dotRef(tail[:In-kt], x[t*ldx+kt:t*ldx+In])
+		}
+	}
+}
+
+// partsRef is matMulRef over a matrix in parts: each row is decoded from
+// its parts into one float32 row and dotted with every input, so the bits
+// are matMulRef's over the joined matrix.
+func partsRef(dst, x []float32, n int, m *Mat, lo, hi int) {
+	In, Out := m.In, m.Out
+	sp := getScratch(In)
+	defer scratchPool.Put(sp)
+	row := *sp
+	decode := func(p *Mat, r int, into []float32) {
+		st := p.stride()
+		if err := tensor.DecodeRow(into, p.Type, p.Data[r*st:r*st+p.rowBytes()]); err != nil {
+			panic(err) // unreachable: Validate checked the sizes
+		}
+	}
+	for r := lo; r < hi; r++ {
+		k, o := 0, 0
+		for i := range m.Parts {
+			p := &m.Parts[i]
+			if m.PartsIn {
+				decode(p, r, row[k:k+p.In])
+				k += p.In
+			} else if r < o+p.Out {
+				decode(p, r-o, row)
+				break
+			}
+			o += p.Out
+		}
+		for t := 0; t < n; t++ {
+			dst[t*Out+r] = Dot(row, x[t*In:(t+1)*In])
+		}
+	}
+}
