@@ -127,7 +127,7 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 	}
 	m := &Model{LanguageModel: lm, Format: "safetensors", Path: path, Source: st, closers: []ioCloser{st}}
 	if n := st.AssembledBytes(); n > 0 {
-		m.Warnings = append(m.Warnings, fmt.Sprintf("the experts' tensor-parallel shards (*-TP-00N) were joined in memory: %d bytes copied; convert to GGUF (grok convert) to map them instead", n))
+		m.Warnings = append(m.Warnings, fmt.Sprintf("the experts' tensor-parallel shards (*-TP-00N) were joined in memory: %d bytes copied%s; convert to GGUF (grok convert) to map them instead", n, joinReason(st)))
 	}
 	// rope_theta is absent from hpcai-tech's config by design (its code
 	// hard-codes 10000, as model.py does); anything else missing deserves a word.
@@ -174,6 +174,19 @@ func openSafetensors(path string, opt Options) (*Model, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// joinReason says why building the network joined split tensors: the
+// first one the model cannot multiply in place, as " (why)", or "".
+func joinReason(st *safetensors.Model) string {
+	for _, name := range st.Names() {
+		if parts, axis, ok, err := st.Split(name); ok && err == nil {
+			if err := model.PartsInPlace(parts, axis); err != nil {
+				return " (" + strings.TrimPrefix(err.Error(), "model: ") + ")"
+			}
+		}
+	}
+	return ""
 }
 
 // checkVocab refuses a tokenizer that can produce ids the model has no

@@ -268,10 +268,52 @@ func (m *Model) CheckFinite() (scanned int, bad []error) {
 		}
 		return scanned, bad
 	}
+	splitter, _ := m.Source.(model.SplitSource)
 	for _, d := range m.tensors {
+		if splitter != nil {
+			// Scanned piece by piece where the files store it so: looking
+			// it up whole would join it in memory.
+			if parts, axis, ok, err := splitter.Split(d.canon); ok {
+				if err == nil {
+					scanned++
+					if err := checkFiniteParts(parts, axis); err != nil {
+						bad = append(bad, err)
+					}
+				}
+				continue
+			}
+		}
 		check(m.Source.Lookup(d.canon))
 	}
 	return scanned, bad
+}
+
+// checkFiniteParts is model.CheckFinite of a 2-D tensor stored in pieces
+// joined along axis (model.SplitSource), scanned piece by piece: the first
+// bad value, its index that of the whole tensor.
+func checkFiniteParts(parts []*tensor.Tensor, axis int) error {
+	cols := 0
+	for _, p := range parts {
+		cols += p.Shape[1]
+	}
+	row0, col0 := 0, 0
+	for _, p := range parts {
+		err := model.CheckFinite(p)
+		if e, ok := err.(*model.NonFiniteError); ok && e.Part == "" && len(p.Shape) == 2 && p.Shape[1] > 0 {
+			r, c := e.Index/p.Shape[1], e.Index%p.Shape[1]
+			if axis == 0 {
+				e.Index = (row0+r)*p.Shape[1] + c
+			} else {
+				e.Index = r*cols + col0 + c
+			}
+		}
+		if err != nil {
+			return err
+		}
+		row0 += p.Shape[0]
+		col0 += p.Shape[1]
+	}
+	return nil
 }
 
 // Tensors lists the file's tensors in file order.

@@ -152,3 +152,18 @@ func (s *finiteSource) Lookup(name string) (*tensor.Tensor, bool) {
 	}
 	return t, ok
 }
+
+// Split serves the tensors the wrapped source stores in pieces (see
+// SplitSource) as they are: only expert matrices are split so, and load
+// scans none of those.
+func (s *finiteSource) Split(name string) ([]*tensor.Tensor, int, bool, error) {
+	return splitOf(s.src, name)
+}
+
+// splitOf is src's Split, or "stored whole" for a source without one.
+func splitOf(src TensorSource, name string) ([]*tensor.Tensor, int, bool, error) {
+	if ss, ok := src.(SplitSource); ok {
+		return ss.Split(name)
+	}
+	return nil, 0, false, nil
+}

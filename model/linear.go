@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -80,6 +81,12 @@ func newLinears(t *tensor.Tensor, count, out, in int) ([]Linear, error) {
 }
 
 func loadLinear(src TensorSource, name string, out, in int) (Linear, error) {
+	if ss, ok := src.(SplitSource); ok {
+		l, inPlace, err := splitLinear(ss, name, out, in)
+		if inPlace || err != nil {
+			return l, err
+		}
+	}
 	t, err := need(src, name)
 	if err != nil {
 		return Linear{}, err
@@ -109,4 +116,78 @@ func loadExperts(src TensorSource, layer int, kind string, E, out, in int) ([]Li
 		}
 	}
 	return ls, nil
+}
+
+// SplitSource is a TensorSource that also serves a tensor its files store
+// in pieces — xai-org/grok-2's experts, split across its *-TP-00N files —
+// as those pieces, in order, and the axis they join along: 0 (rows follow
+// each other) or 1 (each row is the pieces' rows side by side). ok is
+// false for a tensor stored whole. New multiplies by the pieces where they
+// lie (kernels.Parted) and looks such a tensor up whole only when that
+// would change the bits of its product (PartsInPlace).
+type SplitSource interface {
+	TensorSource
+	Split(name string) (parts []*tensor.Tensor, axis int, ok bool, err error)
+}
+
+// splitLinear builds the Linear of a tensor src stores in pieces over the
+// pieces themselves. inPlace is false when src holds it whole, or when its
+// pieces cannot be multiplied in place (PartsInPlace): the caller then
+// looks it up whole.
+func splitLinear(src SplitSource, name string, out, in int) (l Linear, inPlace bool, err error) {
+	parts, axis, ok, err := src.Split(name)
+	if err != nil {
+		return Linear{}, false, fmt.Errorf("model: %w", err)
+	}
+	if !ok {
+		return Linear{}, false, nil
+	}
+	m, err := partedMat(parts, axis)
+	if err != nil {
+		return Linear{}, false, nil
+	}
+	if m.Out != out || m.In != in {
+		return Linear{}, false, fmt.Errorf("model: tensor %q has shape [%d %d], want [%d %d]", name, m.Out, m.In, out, in)
+	}
+	return Linear{W: m}, true, nil
+}
+
+// partedMat is the matrix of a tensor's pieces (see SplitSource).
+func partedMat(parts []*tensor.Tensor, axis int) (kernels.Mat, error) {
+	if axis != 0 && axis != 1 {
+		return kernels.Mat{}, fmt.Errorf("model: pieces joined along axis %d", axis)
+	}
+	mats := make([]kernels.Mat, len(parts))
+	for i, p := range parts {
+		if err := p.Check(); err != nil {
+			return kernels.Mat{}, fmt.Errorf("model: %w", err)
+		}
+		if len(p.Shape) != 2 || p.Transposed || p.Scales != nil {
+			return kernels.Mat{}, fmt.Errorf("model: piece %d of %q is not a plain [out, in] matrix", i, p.Name)
+		}
+		ls, err := newLinears(p, 1, p.Shape[0], p.Shape[1])
+		if err != nil {
+			return kernels.Mat{}, err
+		}
+		mats[i] = ls[0].W
+	}
+	m, err := kernels.Parted(mats, axis == 1)
+	if err != nil {
+		return kernels.Mat{}, fmt.Errorf("model: tensor %q: %w", parts[0].Name, err)
+	}
+	return m, nil
+}
+
+// PartsInPlace reports why New cannot multiply by a tensor's pieces (from
+// SplitSource.Split) where they lie, and so has it joined: a type without
+// kernels for parts, or input-axis pieces whose boundaries are off the
+// kernels' summation grid (their product would not have the joined
+// matrix's bits). nil if it can.
+func PartsInPlace(parts []*tensor.Tensor, axis int) error {
+	_, err := partedMat(parts, axis)
+	var se *kernels.SplitError
+	if errors.As(err, &se) {
+		return fmt.Errorf("model: tensor %q: a piece starts at input %d, off the kernels' summation grid of %d inputs", parts[0].Name, se.Lo, se.Unit)
+	}
+	return err
 }

@@ -189,7 +189,15 @@ func CheckShardTensors(c *Config, src TensorSource, n int) error {
 	for i := 0; i < c.NumLayers; i++ {
 		for _, rp := range rowParallel(c, i) {
 			for _, nm := range rp.names {
-				t, ok := src.Lookup(nm)
+				var t *tensor.Tensor
+				ok := false
+				if parts, _, split, err := splitOf(src, nm); split && err == nil {
+					// Its pieces' type says it: looking it up whole would
+					// join them.
+					t, ok = &tensor.Tensor{Name: nm, Type: parts[0].Type, Scales: parts[0].Scales}, true
+				} else {
+					t, ok = src.Lookup(nm)
+				}
 				if !ok {
 					continue
 				}
@@ -299,6 +307,12 @@ func (s vocabSource) Lookup(name string) (*tensor.Tensor, bool) {
 	part.Shape = []int{s.sh.vhi - s.sh.vlo, D}
 	part.Data = t.Data[s.sh.vlo*rb : s.sh.vhi*rb : s.sh.vhi*rb]
 	return &part, true
+}
+
+// Split serves the wrapped source's pieces: the embedding and unembedding
+// it cuts are never stored in pieces.
+func (s vocabSource) Split(name string) ([]*tensor.Tensor, int, bool, error) {
+	return splitOf(s.src, name)
 }
 
 // columns keeps outputs [r·out/n, (r+1)·out/n) of each matrix
