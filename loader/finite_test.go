@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/grok-go/grok/formats/gguf"
+	"github.com/grok-go/grok/formats/safetensors"
 	"github.com/grok-go/grok/internal/fixtures"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
@@ -110,6 +112,22 @@ func TestCheckFinite(t *testing.T) {
 	if patched != 1 {
 		t.Fatalf("found the scales in %d files", patched)
 	}
+	// xai-org/grok-2's layout, experts split over 2 TP shards on the
+	// summation grid: scanned slice by slice, nothing joined.
+	g2 := fixtures.Grok2SmallConfig()
+	g2.FFNSize = 4096
+	gm := fixtures.Random(g2, 6, fixtures.ModerateGains)
+	release := func(name string, mm *fixtures.Model) string {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := fixtures.WriteGrok2Safetensors(p, mm, fixtures.Grok2Options{DType: "BF16", TP: 2}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	D, F := g2.EmbSize, g2.FFNSize
 	q8 := write("q8.gguf", m, tensor.Q8_0)
 	patchGGUF(t, q8, "blk.1.attn_v.weight", 5*tensor.Q8BlockBytes, 0x00, 0x7e)
 	q8emb := write("q8emb.gguf", m, tensor.Q8_0)
@@ -134,6 +152,11 @@ func TestCheckFinite(t *testing.T) {
 			"", "blk.1.attn_v.weight", "the scale of the Q8_0 block starting at element 160 is NaN"},
 		{"safetensors, Inf in an expert matrix", st("exp-st", withValue(m, "blk.0.ffn_down_exps.weight", 3*64*128+9, float32(math.Inf(1)))),
 			"", "blk.0.ffn_down.3.weight", "element 9 is +Inf"},
+		{"Grok-2 release, clean", release("g2", gm), "", "", ""},
+		{"Grok-2 release, Inf in w2's second slice", release("g2-w2", withValue(gm, "blk.1.ffn_down_exps.weight", 1*D*F+3*F+2053, float32(math.Inf(1)))),
+			"", "blk.1.ffn_down.1.weight", fmt.Sprintf("element %d is +Inf", 3*F+2053)},
+		{"Grok-2 release, NaN in w1's second slice", release("g2-w1", withValue(gm, "blk.0.ffn_gate_exps.weight", 2*F*D+2055*D+9, nan)),
+			"", "blk.0.ffn_gate.2.weight", fmt.Sprintf("element %d is NaN", 2055*D+9)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lm, err := loader.Open(tc.path, loader.Options{})
@@ -148,6 +171,9 @@ func TestCheckFinite(t *testing.T) {
 			}
 			defer lm.Close()
 			n, bad := lm.CheckFinite()
+			if st, ok := lm.Source.(*safetensors.Model); ok && strings.HasPrefix(tc.name, "Grok-2") && st.AssembledBytes() != 0 {
+				t.Errorf("%d bytes joined opening and scanning the release", st.AssembledBytes())
+			}
 			if n != len(lm.Tensors()) {
 				t.Errorf("scanned %d tensors of %d", n, len(lm.Tensors()))
 			}

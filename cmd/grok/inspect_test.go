@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/grok-go/grok/internal/fixtures"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
@@ -150,5 +151,32 @@ func TestInspectFlagErrors(t *testing.T) {
 		if code != tc.code || !tc.want.MatchString(e) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d matching %v", tc.args, code, e, tc.code, tc.want)
 		}
+	}
+}
+
+// grok inspect (and --check) of xai-org/grok-2's layout, experts split 8
+// ways with w2's slices on the summation grid, joins nothing: the network
+// multiplies the slices where they are mapped and the scan reads them one
+// by one, so the loader's warning about joining stays silent.
+func TestInspectTPRelease(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "hf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := fixtures.Grok2SmallConfig()
+	c.FFNSize, c.NumLayers = 8*2048, 1
+	m := fixtures.Random(c, 4, fixtures.ModerateGains)
+	if err := fixtures.WriteGrok2Safetensors(dir, m, fixtures.Grok2Options{TP: 8}); err != nil {
+		t.Fatal(err)
+	}
+	o, e, code := grok(t, "inspect", "--check", "-m", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	if strings.Contains(e, "joined in memory") || strings.Contains(e, "warning") {
+		t.Errorf("inspect joined the experts in memory:\n%s", e)
+	}
+	if !strings.Contains(o, "model.layers.0.block_sparse_moe.experts.3.w2.weight") || !strings.Contains(o, "every value of the") {
+		t.Errorf("inspect --check output:\n%s", o)
 	}
 }
