@@ -12,7 +12,7 @@ import (
 
 // cutMat copies a joined [out, in] matrix into parts of the given sizes
 // along the outputs or (in) the inputs, each in memory of its own.
-func cutMat(t *testing.T, m *Mat, sizes []int, in bool) []Mat {
+func cutMat(t testing.TB, m *Mat, sizes []int, in bool) []Mat {
 	t.Helper()
 	rb := m.rowBytes()
 	var parts []Mat
@@ -181,6 +181,49 @@ func TestPartsDecodeAllocs(t *testing.T) {
 		dst := make([]float32, 64)
 		if a := testing.AllocsPerRun(20, func() { MatMulRows(dst, x, 1, &pm, 0, 64) }); a != 0 {
 			t.Errorf("in=%v: %v allocations a decode step", in, a)
+		}
+	}
+}
+
+// BenchmarkGEMVParts decodes one token through Grok-2-shaped BF16 expert
+// slices (a quarter of the width: 8 slices of 512 rows of w1, 8 of 2048
+// inputs of w2), joined and in parts, reporting the weight bytes read per
+// second: the parts should read as fast as the joined matrix.
+func BenchmarkGEMVParts(b *testing.B) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, c := range []struct {
+		name    string
+		out, in int
+		sizes   []int
+		byIn    bool
+	}{
+		{"w1", 8 * 512, 2048, []int{512, 512, 512, 512, 512, 512, 512, 512}, false},
+		{"w2", 2048, 8 * 2048, []int{2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048}, true},
+	} {
+		tm := newTestMat(rng, tensor.BF16, false, c.out, c.in, 1, 0)
+		var joined, parted []Mat
+		for len(joined)*len(tm.m.Data) < 256<<20 { // more than any cache
+			m := tm.m
+			m.Data = append([]byte(nil), m.Data...)
+			joined = append(joined, m)
+			pm, err := Parted(cutMat(b, &m, c.sizes, c.byIn), c.byIn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			parted = append(parted, pm)
+		}
+		x := randInputs(rng, 1, c.in)
+		dst := make([]float32, c.out)
+		for _, v := range []struct {
+			name string
+			mats []Mat
+		}{{"joined", joined}, {"parts", parted}} {
+			b.Run(c.name+"/"+v.name, func(b *testing.B) {
+				b.SetBytes(int64(len(tm.m.Data)))
+				for i := 0; b.Loop(); i++ {
+					MatMul(dst, x, 1, &v.mats[i%len(v.mats)])
+				}
+			})
 		}
 	}
 }

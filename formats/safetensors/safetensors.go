@@ -247,9 +247,11 @@ func (m *Model) openFolder(dir string) error {
 // joinTP checks that the tensor-parallel slices of one expert matrix fit
 // together — w1/w3 slices follow each other (rows), w2 slices interleave
 // row by row (columns) — and returns the entry of the whole tensor. Nothing
-// is copied here: Split serves the slices as they are mapped (grok convert
-// streams them), and only a caller that needs one contiguous matrix (the
-// engine's model.Linear, Lookup) has it assembled, on first use (join).
+// is copied here: Split serves the slices as they are mapped (the engine
+// multiplies by them in place, grok convert streams them), and only a
+// caller that needs one contiguous matrix (Lookup; the engine when the
+// slices of w2 are off its summation grid) has it assembled, on first use
+// (join).
 func (m *Model) joinTP(name string, parts []*entry) (*entry, error) {
 	cn, ok := canonical(name)
 	axis := -1
