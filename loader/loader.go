@@ -79,6 +79,15 @@ type mappedSource struct{ model.TensorSource }
 func (mappedSource) Mapped(b []byte) bool  { return mmap.Mapped(b) }
 func (mappedSource) ReleasePages(b []byte) { mmap.Release(b) }
 
+// Split passes on the source's tensors stored in pieces
+// (model.SplitSource), which the shard then multiplies in place.
+func (s mappedSource) Split(name string) ([]*tensor.Tensor, int, bool, error) {
+	if ss, ok := s.TensorSource.(model.SplitSource); ok {
+		return ss.Split(name)
+	}
+	return nil, 0, false, nil
+}
+
 // newModel builds the model of cfg over src as opt asks: whole, split in
 // process, or one rank's shard.
 func newModel(cfg model.Config, src model.TensorSource, opt Options) (*model.LanguageModel, error) {
