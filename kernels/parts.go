@@ -30,20 +30,13 @@ func Parted(parts []Mat, in bool) (Mat, error) {
 	if len(parts) == 1 {
 		return parts[0], parts[0].Validate()
 	}
-	p0 := &parts[0]
-	m := Mat{Type: p0.Type, Out: p0.Out, In: p0.In, Parts: append([]Mat(nil), parts...), PartsIn: in}
-	m.Out, m.In = 0, 0
-	for _, p := range parts {
+	m := Mat{Type: parts[0].Type, Out: parts[0].Out, In: parts[0].In, Parts: append([]Mat(nil), parts...), PartsIn: in}
+	for _, p := range parts[1:] {
 		if in {
 			m.In += p.In
 		} else {
 			m.Out += p.Out
 		}
-	}
-	if in {
-		m.Out = p0.Out
-	} else {
-		m.In = p0.In
 	}
 	return m, m.Validate()
 }
@@ -242,17 +235,19 @@ func partsRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 		}
 	}
 	for r := lo; r < hi; r++ {
-		k, o := 0, 0
+		k := 0 // the part's first input, or (outputs) its first row
 		for i := range m.Parts {
 			p := &m.Parts[i]
 			if m.PartsIn {
 				decode(p, r, row[k:k+p.In])
 				k += p.In
-			} else if r < o+p.Out {
-				decode(p, r-o, row)
+				continue
+			}
+			if r < k+p.Out {
+				decode(p, r-k, row)
 				break
 			}
-			o += p.Out
+			k += p.Out
 		}
 		for t := 0; t < n; t++ {
 			dst[t*Out+r] = Dot(row, x[t*In:(t+1)*In])
