@@ -28,6 +28,13 @@ type LanguageModel struct {
 	// (nil: parallel.Default()). The logits do not depend on its size.
 	Pool *parallel.Pool
 
+	// Hook, when set, is told of each Forward call once its inputs are
+	// checked and before anything is computed or written. Rank 0 of a job
+	// whose shards are separate processes uses it to send the call to the
+	// other ranks (package cluster), so that the runner above stays the
+	// same.
+	Hook ForwardHook
+
 	ws    workspace
 	shard *shardState // a shard of the model axis (NewShard), else nil
 	tp    *tpGroup    // the shards NewTP runs in process, else nil
@@ -220,6 +227,15 @@ type Input struct {
 	AllLogits bool
 }
 
+// ForwardHook sees the Forward calls of a model (LanguageModel.Hook).
+type ForwardHook interface {
+	// BeginForward is called with Forward's arguments before it computes;
+	// an error makes Forward return it with nothing written to mem.
+	BeginForward(mem *KVMemory, inputs []Input) error
+	// EndForward is called when a Forward that BeginForward let run returns.
+	EndForward()
+}
+
 // Forward appends each input's tokens to its memory slot and returns their
 // logits: for each input in order, len(Tokens) rows if AllLogits else one row,
 // each of VocabSize floats. The returned slice is owned by the model and
@@ -241,6 +257,12 @@ func (lm *LanguageModel) Forward(mem *KVMemory, inputs []Input) ([]float32, erro
 	N, rows, err := checkInputs(c, mem, inputs)
 	if err != nil || N == 0 {
 		return nil, err
+	}
+	if lm.Hook != nil {
+		if err := lm.Hook.BeginForward(mem, inputs); err != nil {
+			return nil, err
+		}
+		defer lm.Hook.EndForward()
 	}
 	logits, err := lm.forward(mem, inputs, N, rows)
 	if err != nil {
