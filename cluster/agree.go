@@ -8,9 +8,24 @@ import (
 	"github.com/grok-go/grok/comm"
 )
 
+// State is how far a rank got in opening its model.
+type State int
+
+const (
+	// Loaded: the rank holds its shard.
+	Loaded State = iota
+	// NotOpened: the command ended before it opened a model (a usage
+	// error, or a command that needs none); fine when every rank says so.
+	NotOpened
+	// Failed: opening the model failed on this rank (it printed why).
+	Failed
+)
+
 // Identity is what the ranks of a job must share: the build and the
-// model, each as a digest (Fingerprint makes them).
+// model, each as a digest.
 type Identity struct {
+	// State says whether the rest is meaningful.
+	State State
 	// Build names the binary: version, commit, Go version.
 	Build string
 	// Config, Tensors and Files digest the model's config, its tensor
@@ -66,12 +81,29 @@ func Agree(c comm.Comm, id Identity) error {
 			mask |= 1 << i
 		}
 	}
-	masks := make([]float32, c.Size())
-	if err := c.AllGather(masks, []float32{float32(mask)}); err != nil {
+	all := make([]float32, 2*c.Size())
+	if err := c.AllGather(all, []float32{float32(mask), float32(id.State)}); err != nil {
 		return err
 	}
-	var bad []string
-	for r, m := range masks {
+	var bad, failed, early []string
+	for r := range c.Size() {
+		switch State(all[2*r+1]) {
+		case Failed:
+			failed = append(failed, fmt.Sprint(r))
+		case NotOpened:
+			early = append(early, fmt.Sprint(r))
+		}
+	}
+	switch {
+	case len(early) == c.Size():
+		return nil // no rank opened a model: nothing to compare
+	case failed != nil:
+		return fmt.Errorf("cluster: rank %s could not open the model (its error is above)", strings.Join(failed, ", "))
+	case early != nil:
+		return fmt.Errorf("cluster: rank %s ended before opening the model while others opened it", strings.Join(early, ", "))
+	}
+	for r := range c.Size() {
+		m := all[2*r]
 		if m == 0 {
 			continue
 		}

@@ -22,7 +22,7 @@ var commands []command
 func register(c command) { commands = append(commands, c) }
 
 func main() {
-	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runJob(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func runMain(args []string, stdout, stderr io.Writer) int {

@@ -109,6 +109,9 @@ func (g *genFlags) request(prompt []int) (req runner.Request, randomSeed bool) {
 // counts the model cannot be split into by the loader (model.ShardError),
 // named here as the flag's fault.
 func openModelOrDefault(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
+	if theJob != nil {
+		return theJob.open(mf)
+	}
 	if n := mf.shards(); n < 1 {
 		return nil, usagef("--tp must be at least 1, got %d", n)
 	}
