@@ -109,6 +109,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		log.Warn("listening beyond this machine without an API key: anyone who can reach it can use it (set --api-key)", "addr", *addr)
 	}
 
+	if theJob != nil && theJob.c.Rank() != 0 {
+		// Under mpirun only rank 0 serves; this rank opens its shard and
+		// follows rank 0's Forward calls until it shuts down.
+		_, err := openTextModel(mf, stderr)
+		return err
+	}
 	// Listen before loading, so that a busy port fails at once and /health
 	// answers 503 while a large model maps in.
 	ln, err := net.Listen("tcp", *addr)

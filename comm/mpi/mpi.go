@@ -300,7 +300,7 @@ func (c *Comm) Barrier() error {
 // wait polls req until it completes. It spins for the first few tens of
 // microseconds (a decode step's collectives complete in that time when the
 // ranks are level), then yields, then sleeps up to a millisecond between
-// polls. Past the Timeout it reports and aborts the job: the request cannot
+// polls, and 10 ms once it has waited 100 ms (an idle follower). Past the Timeout it reports and aborts the job: the request cannot
 // be cancelled, and the other ranks are stuck in the same collective.
 func (c *Comm) wait(req *C.MPI_Request, what string) error {
 	start := time.Now()
@@ -333,9 +333,11 @@ func (c *Comm) wait(req *C.MPI_Request, what string) error {
 		case el < 50*time.Microsecond:
 		case el < time.Millisecond:
 			runtime.Gosched()
-		default:
+		case el < 100*time.Millisecond:
 			time.Sleep(sleep)
 			sleep = min(2*sleep, time.Millisecond)
+		default: // idle: a follower between requests
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }
