@@ -98,7 +98,7 @@ func (j *job) open(mf *modelFlags) (*loader.Model, error) {
 	}
 	lm := m.LanguageModel
 	f := cluster.NewFollower(j.c, lm, func(slots, seqLen int) (*model.KVMemory, error) {
-		return model.NewKVMemory(&lm.Config, slots, seqLen)
+		return lm.NewKVMemory(slots, seqLen)
 	})
 	code, err := f.Run()
 	if err != nil {
@@ -171,7 +171,7 @@ func buildID() string {
 // sizes of the files under its path.
 func fingerprint(m *loader.Model) cluster.Identity {
 	id := cluster.Identity{State: cluster.Loaded}
-	full := m.LanguageModel.Config
+	full := m.LanguageModel.Sharding().Full
 	id.Config = cluster.Digest(m.Format, fmt.Sprintf("%+v", full))
 	var table []string
 	if m.GGUF != nil {

@@ -20,6 +20,9 @@ import (
 	"time"
 
 	"github.com/grok-go/grok/internal/defaultmodel"
+	"github.com/grok-go/grok/internal/fixtures"
+	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/tensor"
 )
 
 // Under the tag mpi, this test binary is also grok: started with
@@ -115,20 +118,70 @@ func readF32(t *testing.T, path string) []float32 {
 	return v
 }
 
-func tokenArgs(t *testing.T, dir string) []string {
-	t.Helper()
+// mpiModels are the golden models, one of each weight family, and
+// models of 8 kv heads (the golden ones have 2) to split 4 ways.
+func mpiModels(t *testing.T) []mpiModel {
+	dir := t.TempDir()
+	c := fixtures.SmallConfig()
+	c.VocabSize, c.EmbSize, c.KeySize, c.NumQHeads, c.NumKVHeads = 203, 64, 16, 16, 8
+	c.FFNSize, c.NumExperts, c.NumSelectedExperts = 256, 4, 2
+	m := fixtures.Random(c, 11, fixtures.ModerateGains)
+	out := []mpiModel{
+		{"gguf-f32", "../../testdata/grok-tiny/grok-tiny.gguf", "../../testdata/grok-tiny", []int{2}},
+		{"gguf-q8_0", "../../testdata/grok-tiny/grok-tiny-q8_0.gguf", "../../testdata/grok-tiny", []int{2}},
+		{"xai-int8", "../../testdata/xai-ckpt-tiny", "../../testdata/xai-ckpt-tiny", []int{2}},
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.Q8_0} {
+		path := filepath.Join(dir, fmt.Sprintf("kv8-%v.gguf", dt))
+		if err := fixtures.WriteGGUF(path, m, fixtures.GGUFOptions{Type: dt}); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, mpiModel{fmt.Sprintf("kv8-%v", dt), path, "", []int{2, 4}})
+	}
+	// A K-quant whose row-parallel inputs (Hq·K = F = 512) are two
+	// super-blocks: the golden grok-k256's are one, which no split keeps
+	// whole (TestMpirunRefuses).
+	kq := fixtures.SmallConfig()
+	kq.VocabSize, kq.EmbSize, kq.KeySize, kq.NumQHeads, kq.NumKVHeads = 203, 256, 64, 8, 2
+	kq.FFNSize, kq.NumLayers = 512, 1
+	f32 := filepath.Join(dir, "kq-f32.gguf")
+	if err := fixtures.WriteGGUF(f32, fixtures.Random(kq, 12, fixtures.ModerateGains), fixtures.GGUFOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	q4k := filepath.Join(dir, "kq-q4_k_m.gguf")
+	if _, e, code := grok(t, "quantize", f32, q4k, "q4_k_m"); code != 0 {
+		t.Fatal(e)
+	}
+	return append(out, mpiModel{"gguf-q4_k_m", q4k, "", []int{2}})
+}
+
+type mpiModel struct {
+	name, path, tokens string
+	np                 []int
+}
+
+// seqs returns the ragged batch the test feeds m: the golden token lists,
+// or two made-up ones.
+func (m *mpiModel) seqs(t *testing.T) [][]int {
+	if m.tokens == "" {
+		return [][]int{{5, 17, 42, 3, 9, 200, 1}, {7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}}
+	}
 	var toks map[string][]int
-	b, err := os.ReadFile(filepath.Join(dir, "tokens.json"))
+	b, err := os.ReadFile(filepath.Join(m.tokens, "tokens.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b, &toks); err != nil {
 		t.Fatal(err)
 	}
+	return [][]int{toks["len7"], toks["len64"]}
+}
+
+func tokenArgs(seqs [][]int) []string {
 	var args []string
-	for _, k := range []string{"len7", "len64"} { // a ragged batch
-		s := make([]string, len(toks[k]))
-		for i, v := range toks[k] {
+	for _, seq := range seqs {
+		s := make([]string, len(seq))
+		for i, v := range seq {
 			s[i] = strconv.Itoa(v)
 		}
 		args = append(args, "--tokens", strings.Join(s, ","))
@@ -136,45 +189,75 @@ func tokenArgs(t *testing.T, dir string) []string {
 	return args
 }
 
-// mpiModels are the golden models, one of each weight family.
-var mpiModels = []struct{ name, path, tokens string }{
-	{"gguf-f32", "../../testdata/grok-tiny/grok-tiny.gguf", "../../testdata/grok-tiny"},
-	{"gguf-q8_0", "../../testdata/grok-tiny/grok-tiny-q8_0.gguf", "../../testdata/grok-tiny"},
-	{"xai-int8", "../../testdata/xai-ckpt-tiny", "../../testdata/xai-ckpt-tiny"},
-	{"gguf-q4_k_m", "../../testdata/grok-k256/grok-k256-Q4_K_M.gguf", "../../testdata/grok-tiny"},
+// inProcess returns the logits of the same shards run in this process
+// (loader.Options.TP: model.NewTP), flattened as grok logits writes them.
+func inProcess(t *testing.T, path string, np int, seqs [][]int, incremental bool) []float32 {
+	t.Helper()
+	m, err := loader.Open(path, loader.Options{TP: np})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := evalLogits(m.LanguageModel, seqs, incremental)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []float32
+	for _, r := range res {
+		out = append(out, r...)
+	}
+	return out
 }
 
 // TestMpirunLogits: the logits of a ragged batch, in one pass and token by
-// token, under mpirun equal the single process's within 1e-5.
+// token, under mpirun are bit for bit those of the same split run in one
+// process (--tp: the collectives sum in rank order), and within the
+// sharded model's tolerance of the unsharded run's.
 func TestMpirunLogits(t *testing.T) {
-	for _, m := range mpiModels {
-		for _, mode := range [][]string{nil, {"--incremental"}} {
+	for _, m := range mpiModels(t) {
+		seqs := m.seqs(t)
+		for _, incremental := range []bool{false, true} {
 			dir := t.TempDir()
-			args := append(append([]string{"logits", "-m", m.path, "-o", filepath.Join(dir, "one.f32")}, tokenArgs(t, m.tokens)...), mode...)
+			args := append([]string{"logits", "-m", m.path, "-o", filepath.Join(dir, "one.f32")}, tokenArgs(seqs)...)
+			if incremental {
+				args = append(args, "--incremental")
+			}
 			if _, e, code := grok(t, args...); code != 0 {
 				t.Fatalf("%s: %s", m.name, e)
 			}
-			want := readF32(t, filepath.Join(dir, "one.f32"))
-			for _, np := range []int{2} {
+			whole := readF32(t, filepath.Join(dir, "one.f32"))
+			for _, np := range m.np {
 				args[4] = filepath.Join(dir, fmt.Sprintf("np%d.f32", np))
 				if o, e, err := mpiGrok(t, np, nil, args...); err != nil {
-					t.Fatalf("%s -np %d %v: %v\n%s%s", m.name, np, mode, err, o, e)
+					t.Fatalf("%s -np %d incremental=%v: %v\n%s%s", m.name, np, incremental, err, o, e)
 				}
 				got := readF32(t, args[4])
-				if len(got) != len(want) {
+				want := inProcess(t, m.path, np, seqs, incremental)
+				if len(got) != len(want) || len(got) != len(whole) {
 					t.Fatalf("%s -np %d: %d logits, want %d", m.name, np, len(got), len(want))
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s -np %d incremental=%v: logit %d is %v, %v with --tp %d in process", m.name, np, incremental, i, got[i], want[i], np)
+					}
 				}
 				var worst float64
 				for i := range got {
-					worst = max(worst, math.Abs(float64(got[i])-float64(want[i])))
+					worst = max(worst, math.Abs(float64(got[i])-float64(whole[i])))
 				}
-				if worst > 1e-5 {
-					t.Fatalf("%s -np %d %v: logits differ by %g", m.name, np, mode, worst)
+				if worst > tpTol {
+					t.Fatalf("%s -np %d incremental=%v: logits differ from the unsharded run's by %g", m.name, np, incremental, worst)
 				}
+				t.Logf("%s -np %d incremental=%v: the same bits as --tp %d; %.2g from the unsharded run", m.name, np, incremental, np, worst)
 			}
 		}
 	}
 }
+
+// tpTol is the sharded model's distance from the unsharded one (the
+// row-parallel products add their partial sums in another order; see
+// model/shard_test.go).
+const tpTol = 1e-4
 
 // TestMpirunRunGreedy: a greedy continuation under mpirun is the single
 // process's, text for text.
@@ -201,7 +284,8 @@ func TestMpirunRunGreedy(t *testing.T) {
 // cannot open its model, and commands that do not run under mpirun all
 // end the job with an error naming the cause.
 func TestMpirunRefuses(t *testing.T) {
-	f32, q8 := mpiModels[0].path, mpiModels[1].path
+	ms := mpiModels(t)
+	f32, q8 := ms[0].path, ms[1].path
 	for _, tc := range []struct {
 		name string
 		np   int
@@ -212,6 +296,9 @@ func TestMpirunRefuses(t *testing.T) {
 			"rank 1 has the tensor table, the model files' sizes different"},
 		{"missing file", 1, []string{"logits", "-m", f32, "--tokens", "1,2", "-np=1", "logits", "-m", "/nonexistent.gguf", "--tokens", "1,2"},
 			"rank 1 could not open the model"},
+		{"blocks", 2, []string{"logits", "-m", "../../testdata/grok-k256/grok-k256-Q4_K_M.gguf", "--tokens", "1,2"},
+			"would split its Q4_K blocks of 256 elements"},
+		{"kv heads", 3, []string{"logits", "-m", f32, "--tokens", "1,2"}, "3 shards are more than the model's 2 kv heads"},
 		{"no model", 2, []string{"logits", "--tokens", "1,2"}, "-m MODEL is required"},
 		{"inspect", 2, []string{"inspect", "-m", f32}, "grok inspect does not run under mpirun"},
 	} {
@@ -235,7 +322,7 @@ func TestMpirunFaults(t *testing.T) {
 		ln.Close()
 		trigger := filepath.Join(t.TempDir(), "fault")
 		cmd := mpiCmd(t, 2, []string{"GROK_MPI_TIMEOUT=2s", "GROK_TEST_FAULT=" + fault, "GROK_TEST_FAULT_FILE=" + trigger},
-			"serve", "-m", mpiModels[0].path, "--addr", addr)
+			"serve", "-m", "../../testdata/grok-tiny/grok-tiny.gguf", "--addr", addr)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
