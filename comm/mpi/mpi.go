@@ -95,7 +95,10 @@ type Comm struct {
 
 	stats Stats
 
-	gather []float32 // AllReduceSum's scratch: every rank's buffer
+	gather []float32      // AllReduceSum's scratch: every rank's buffer
+	pin    runtime.Pinner // the buffers of the request in flight
+	req    C.MPI_Request  // the request in flight (a field: a local would escape to the heap)
+	done   C.int
 }
 
 var _ comm.Comm = (*Comm)(nil)
@@ -222,16 +225,15 @@ func (c *Comm) allGather(dst, src []float32, what string) error {
 	if len(src) > math.MaxInt32 {
 		return fmt.Errorf("mpi: %s of %d elements: more than MPI's int count", what, len(src))
 	}
-	var pin runtime.Pinner // MPI keeps the pointers until the request completes
-	defer pin.Unpin()
-	pin.Pin(&src[0])
-	pin.Pin(&dst[0])
-	var req C.MPI_Request
-	if rc := C.grok_iallgather(unsafe.Pointer(&src[0]), C.int(len(src)), unsafe.Pointer(&dst[0]), &req); rc != 0 {
+	// MPI keeps the pointers until the request completes.
+	defer c.pin.Unpin()
+	c.pin.Pin(&src[0])
+	c.pin.Pin(&dst[0])
+	if rc := C.grok_iallgather(unsafe.Pointer(&src[0]), C.int(len(src)), unsafe.Pointer(&dst[0]), &c.req); rc != 0 {
 		return mpiError(what, rc)
 	}
 	c.stats.Bytes += int64(len(dst)) * 4
-	return c.wait(&req, what)
+	return c.wait(what)
 }
 
 // AllReduceSum replaces buf by the element-wise sum over the ranks, added
@@ -272,15 +274,13 @@ func (c *Comm) Bcast(buf []byte, root int) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	pin.Pin(&buf[0])
-	var req C.MPI_Request
-	if rc := C.grok_ibcast(unsafe.Pointer(&buf[0]), C.int(len(buf)), C.int(root), &req); rc != 0 {
+	defer c.pin.Unpin()
+	c.pin.Pin(&buf[0])
+	if rc := C.grok_ibcast(unsafe.Pointer(&buf[0]), C.int(len(buf)), C.int(root), &c.req); rc != 0 {
 		return mpiError("MPI_Ibcast", rc)
 	}
 	c.stats.Bytes += int64(len(buf))
-	return c.wait(&req, "MPI_Ibcast")
+	return c.wait("MPI_Ibcast")
 }
 
 // Barrier returns when every rank has called it.
@@ -290,11 +290,10 @@ func (c *Comm) Barrier() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var req C.MPI_Request
-	if rc := C.grok_ibarrier(&req); rc != 0 {
+	if rc := C.grok_ibarrier(&c.req); rc != 0 {
 		return mpiError("MPI_Ibarrier", rc)
 	}
-	return c.wait(&req, "MPI_Ibarrier")
+	return c.wait("MPI_Ibarrier")
 }
 
 // wait polls req until it completes. It spins for the first few tens of
@@ -302,17 +301,17 @@ func (c *Comm) Barrier() error {
 // ranks are level), then yields, then sleeps up to a millisecond between
 // polls, and 10 ms once it has waited 100 ms (an idle follower). Past the Timeout it reports and aborts the job: the request cannot
 // be cancelled, and the other ranks are stuck in the same collective.
-func (c *Comm) wait(req *C.MPI_Request, what string) error {
+func (c *Comm) wait(what string) error {
 	start := time.Now()
 	c.stats.Calls++
 	defer func() { c.stats.Time += time.Since(start) }()
-	var done C.int
+	c.done = 0
 	sleep := 20 * time.Microsecond
 	for i := 0; ; i++ {
-		if rc := C.grok_test(req, &done); rc != 0 {
+		if rc := C.grok_test(&c.req, &c.done); rc != 0 {
 			return mpiError(what, rc)
 		}
-		if done != 0 {
+		if c.done != 0 {
 			return nil
 		}
 		if i < 64 || i&15 != 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -206,5 +207,45 @@ func TestFaultsEndTheJob(t *testing.T) {
 			t.Fatalf("%s: no timeout message:\n%s", fault, out)
 		}
 		t.Logf("%s: the job ended in %v: %v", fault, time.Since(start).Round(time.Millisecond), err)
+	}
+}
+
+// BenchmarkWorld measures each collective's latency between ranks doing
+// nothing else. Run it under mpirun with a fixed count, the same on every
+// rank (b.N must agree):
+//
+//	go test -c -tags mpi ./comm/mpi && mpirun -np 2 ./mpi.test -test.run '^$' -test.bench World -test.benchtime 2000x
+func BenchmarkWorld(b *testing.B) {
+	if !Launched() {
+		b.Skip("run under mpirun")
+	}
+	c, err := Init()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		f    func() error
+	}{
+		{"AllReduceSum-1536", func() error { return c.AllReduceSum(make([]float32, 1536)) }},
+		{"AllGather-16384", func() error { return c.AllGather(make([]float32, 16384*c.Size()), make([]float32, 16384)) }},
+		{"Bcast-32", func() error { return c.Bcast(make([]byte, 32), 0) }},
+		{"Barrier", c.Barrier},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ts := make([]time.Duration, 0, b.N)
+			for range b.N {
+				t0 := time.Now()
+				if err := bc.f(); err != nil {
+					b.Fatal(err)
+				}
+				ts = append(ts, time.Since(t0))
+			}
+			// The median is the protocol's latency; the mean adds the
+			// times a rank waited for a peer the OS had descheduled.
+			slices.Sort(ts)
+			b.ReportMetric(float64(ts[len(ts)/2].Nanoseconds())/1e3, "µs-p50")
+			b.ReportMetric(float64(ts[len(ts)*9/10].Nanoseconds())/1e3, "µs-p90")
+		})
 	}
 }
