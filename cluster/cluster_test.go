@@ -285,6 +285,10 @@ func TestAgree(t *testing.T) {
 		{"same", []Identity{base, base, base}, nil},
 		{"rank 2 differs", []Identity{base, base, other}, []string{"rank 2 has the build, the tensor table different"}},
 		{"files", []Identity{base, {Build: base.Build, Config: base.Config, Tensors: base.Tensors}}, []string{"rank 1 has the model files' sizes different"}},
+		{"none opened", []Identity{{State: NotOpened}, {State: NotOpened}}, nil},
+		{"rank 1 failed", []Identity{base, {State: Failed}, base}, []string{"rank 1 could not open the model"}},
+		{"rank 0 failed", []Identity{{State: Failed}, base}, []string{"rank 0 could not open the model"}},
+		{"rank 1 ended early", []Identity{base, {State: NotOpened}}, []string{"rank 1 ended before opening the model"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs, err := comm.NewLocal(len(tc.ids))
