@@ -296,17 +296,18 @@ func (c *Comm) Barrier() error {
 	return c.wait("MPI_Ibarrier")
 }
 
-// wait polls req until it completes. It spins for the first few tens of
-// microseconds (a decode step's collectives complete in that time when the
-// ranks are level), then yields, then sleeps up to a millisecond between
-// polls, and 10 ms once it has waited 100 ms (an idle follower). Past the Timeout it reports and aborts the job: the request cannot
-// be cancelled, and the other ranks are stuck in the same collective.
+// wait polls the request in flight until it completes. It spins for the
+// first 50 µs (a decode step's collectives complete in that time when the
+// ranks are level), then sleeps 50 µs between polls, and 10 ms once it has
+// waited 100 ms (an idle follower): on a host with more runnable threads
+// than cores, spinning or yielding takes the core from the very peer being
+// waited for. Past the Timeout it reports and aborts the job: the request
+// cannot be cancelled, and the other ranks are stuck in the same collective.
 func (c *Comm) wait(what string) error {
 	start := time.Now()
 	c.stats.Calls++
 	defer func() { c.stats.Time += time.Since(start) }()
 	c.done = 0
-	sleep := 20 * time.Microsecond
 	for i := 0; ; i++ {
 		if rc := C.grok_test(&c.req, &c.done); rc != 0 {
 			return mpiError(what, rc)
@@ -330,11 +331,8 @@ func (c *Comm) wait(what string) error {
 		}
 		switch {
 		case el < 50*time.Microsecond:
-		case el < time.Millisecond:
-			runtime.Gosched()
 		case el < 100*time.Millisecond:
-			time.Sleep(sleep)
-			sleep = min(2*sleep, time.Millisecond)
+			time.Sleep(50 * time.Microsecond)
 		default: // idle: a follower between requests
 			time.Sleep(10 * time.Millisecond)
 		}
