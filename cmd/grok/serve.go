@@ -112,6 +112,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if theJob != nil && theJob.c.Rank() != 0 {
 		// Under mpirun only rank 0 serves; this rank opens its shard and
 		// follows rank 0's Forward calls until it shuts down.
+		setThreads(*threads)
 		_, err := openTextModel(mf, stderr)
 		return err
 	}
