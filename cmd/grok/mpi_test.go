@@ -50,7 +50,7 @@ func faultHook() {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		sig := syscall.SIGSTOP
+		sig := syscall.SIGSTOP // "stall", "stall-in-request"
 		if fault == "die" {
 			sig = syscall.SIGKILL
 		}
@@ -309,11 +309,12 @@ func TestMpirunRefuses(t *testing.T) {
 	}
 }
 
-// TestMpirunFaults: while rank 0 serves (idle between requests), a
-// follower that stalls or dies ends the job with an error: the heartbeat's
-// barrier times out (GROK_MPI_TIMEOUT) or mpirun sees the rank die.
+// TestMpirunFaults: while rank 0 serves, a follower that stalls or dies
+// ends the job with an error: between requests the heartbeat's barrier
+// times out (GROK_MPI_TIMEOUT), during one a collective of the forward
+// pass does, and mpirun sees a rank die.
 func TestMpirunFaults(t *testing.T) {
-	for _, fault := range []string{"stall", "die"} {
+	for _, fault := range []string{"stall", "stall-in-request", "die"} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -350,14 +351,29 @@ func TestMpirunFaults(t *testing.T) {
 			<-done
 			t.Fatalf("%s: no completion before the fault: %s\n%s", fault, body, out.String())
 		}
+		want := "MPI_Ibarrier did not complete in 2s" // the idle heartbeat's
+		if fault == "stall-in-request" {
+			// A long streamed completion: the fault comes after its first
+			// token, while rank 0 is in the forward passes of the rest.
+			resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+				strings.NewReader(`{"prompt":[1,5,7],"max_tokens":240,"ignore_eos":true,"stream":true}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if _, err := resp.Body.Read(make([]byte, 1)); err != nil {
+				t.Fatal(err)
+			}
+			want = "MPI_Iallgather (AllReduceSum) did not complete in 2s"
+		}
 		os.WriteFile(trigger, nil, 0o644)
 		select {
 		case err := <-done:
 			if err == nil {
 				t.Fatalf("%s: the job ended well:\n%s", fault, out.String())
 			}
-			if fault == "stall" && !strings.Contains(out.String(), "did not complete in 2s") {
-				t.Fatalf("%s: no timeout message:\n%s", fault, out.String())
+			if fault != "die" && !strings.Contains(out.String(), want) {
+				t.Fatalf("%s: no message %q:\n%s", fault, want, out.String())
 			}
 		case <-time.After(time.Minute): // a hang, not a measurement
 			cmd.Process.Kill()
