@@ -184,7 +184,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return usagef("-p + -n = %d exceeds the model's context of %d", *p+*n, c.SequenceLen)
 	}
 	if err := benchRuns(&res, m, benchOpts{p: *p, n: *n, reps: *reps, batch: *batch, bwMB: *bwMB,
-		seed: *seed, cpuProfile: *cpuProfile, mapped: m.GGUF != nil && *mf.path != ""}, pool); err != nil {
+		seed: *seed, cpuProfile: *cpuProfile, mapped: probeWeights(m, *mf.path)}, pool); err != nil {
 		return err
 	}
 
@@ -197,12 +197,19 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// probeWeights reports whether bench times a read of the whole mapped
+// file: for a GGUF file this process holds whole, not for the embedded
+// model or one rank's shard (which must touch only its own slices).
+func probeWeights(m *loader.Model, path string) bool {
+	return m.GGUF != nil && path != "" && m.Sharding().Size == 1
+}
+
 // benchOpts are the measurement's settings (grok bench's flags).
 type benchOpts struct {
 	p, n, reps, batch, bwMB int
 	seed                    uint64
 	cpuProfile              string
-	mapped                  bool // the weights are a mapped GGUF file (not the embedded model)
+	mapped                  bool // probeWeights: time a read of the whole mapped file
 }
 
 // benchRuns times o.reps prefills of o.p tokens and o.n decode steps each,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/internal/testmodel"
 	"github.com/grok-go/grok/loader"
@@ -265,5 +266,32 @@ func TestBenchMakeModelGrok2(t *testing.T) {
 	o, e, code := grok(t, "bench", "-m", p, "-p", "4", "-n", "3", "-r", "1", "--bw-mb", "8")
 	if code != 0 || !strings.Contains(o, "roofline") {
 		t.Errorf("bench: exit %d: %s %s", code, o, e)
+	}
+}
+
+// TestProbeWeightsNotOnAShard: a rank's shard (mpirun) skips the read of
+// the whole mapped file, which would page in every other rank's slices.
+func TestProbeWeightsNotOnAShard(t *testing.T) {
+	cs, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opt  loader.Options
+		want bool
+	}{
+		{"whole", loader.Options{}, true},
+		{"in-process shards", loader.Options{TP: 2}, true},
+		{"a rank's shard", loader.Options{Comm: cs[1]}, false},
+	} {
+		m, err := loader.Open(tiny, tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := probeWeights(m, tiny); got != tc.want {
+			t.Errorf("%s: probeWeights = %v, want %v", tc.name, got, tc.want)
+		}
+		m.Close()
 	}
 }
