@@ -184,6 +184,8 @@ func faultChild() int {
 		case "die":
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
+		// The signal is delivered asynchronously: never reach the barrier.
+		time.Sleep(time.Hour)
 	}
 	if err := c.Barrier(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
