@@ -5,11 +5,16 @@
 // serve) unchanged, over its own shard; its LanguageModel's Hook is a
 // Leader, which broadcasts each Forward call — per input the slot, the
 // slot's step before the call, the tokens and AllLogits — before the call
-// computes. The other ranks, the followers, loop in Follow: receive a call,
-// rewind each slot to the step given (this replaces separate Reset and
-// Truncate messages: the runner only ever rewinds a slot), and run the same
-// Forward on their own shard and their own KV memory, taking part in its
-// collectives. While idle the leader sends a heartbeat every second, which
+// computes, with every slot's step. The other ranks, the followers, loop
+// in Follower.Run: receive a call, rewind every slot to rank 0's step
+// (this replaces separate Reset and Truncate messages), and run the same
+// Forward on their own shard and their own KV memory (of the same slots,
+// pages and types, their kv heads only), taking part in its collectives.
+// Their slots then hold as many pages as rank 0's when the call takes new
+// ones, so a follower's pool runs out exactly when rank 0's does. Pages a slot takes
+// from a prefix cache (KVMemory.Attach) are not followed: the follower
+// then finds the slot ahead of its own and fails, so under mpirun the
+// runner's prefix cache is off. While idle the leader sends a heartbeat every second, which
 // every rank answers with a barrier, so that with a comm whose collectives
 // time out (comm/mpi) a dead or stalled rank ends the job within that
 // timeout whether or not requests are running. Close sends shutdown.
@@ -23,12 +28,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 	"weak"
 
 	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/tensor"
 )
 
 // HeartbeatEvery is how often an idle leader tells the followers it is alive.
@@ -41,21 +48,31 @@ const (
 	kindHeartbeat = 2
 	kindShutdown  = 3
 
-	headerBytes = 32
+	headerBytes = 48
 	// maxPayload bounds a call's description: 4 bytes a token, so far
 	// more than any batch's prompt chunk.
 	maxPayload = 1 << 30
 )
 
-// header is the fixed part of every command, broadcast first.
+// header is the fixed part of every command, broadcast first. A forward
+// call's names the KV memory and its shape (slots, rows a slot, pages,
+// key and value types), so that a follower allocates its own the first
+// time it sees it.
 type header struct {
 	kind, seq, mem, slots, seqLen, payload, code uint32
+	pages, ktype, vtype                          uint32
 }
 
 func (h *header) encode(b []byte) {
-	for i, v := range []uint32{magic, h.kind, h.seq, h.mem, h.slots, h.seqLen, h.payload, h.code} {
+	for i, v := range []uint32{magic, h.kind, h.seq, h.mem, h.slots, h.seqLen, h.payload, h.code, h.pages, h.ktype, h.vtype} {
 		binary.LittleEndian.PutUint32(b[4*i:], v)
 	}
+}
+
+// kvOptions is the memory shape h names.
+func (h *header) kvOptions() model.KVOptions {
+	return model.KVOptions{Slots: int(h.slots), SeqLen: int(h.seqLen), Pages: int(h.pages),
+		KType: tensor.DType(h.ktype), VType: tensor.DType(h.vtype)}
 }
 
 func (h *header) decode(b []byte) error {
@@ -63,7 +80,8 @@ func (h *header) decode(b []byte) error {
 	if u(0) != magic {
 		return fmt.Errorf("cluster: command %#x without the magic: the ranks disagree on the protocol", u(0))
 	}
-	*h = header{kind: u(1), seq: u(2), mem: u(3), slots: u(4), seqLen: u(5), payload: u(6), code: u(7)}
+	*h = header{kind: u(1), seq: u(2), mem: u(3), slots: u(4), seqLen: u(5), payload: u(6), code: u(7),
+		pages: u(8), ktype: u(9), vtype: u(10)}
 	return nil
 }
 
@@ -73,7 +91,9 @@ type Leader struct {
 	mu sync.Mutex // held from BeginForward to EndForward, and by a heartbeat
 
 	seq    uint32
-	mems   []liveMem
+	mems   []*liveMem
+	cur    *liveMem // the memory of the call in flight
+	curMem *model.KVMemory
 	nextID uint32
 	last   time.Time
 	beats  int
@@ -92,6 +112,10 @@ type Leader struct {
 type liveMem struct {
 	id  uint32
 	mem weak.Pointer[model.KVMemory]
+	// tables are the slots' page tables when the last call through this
+	// channel returned: between calls a slot may only shrink (Reset,
+	// Truncate), which the followers repeat from the steps alone.
+	tables [][]int
 }
 
 // NewLeader starts rank 0's side over c and its heartbeat, one every
@@ -164,10 +188,9 @@ func (l *Leader) send(h header, payload []byte) error {
 	return nil
 }
 
-// memID returns the id of mem on the followers, and the ids of memories
-// the leader has dropped since the last call.
-func (l *Leader) memID(mem *model.KVMemory) (id uint32, dropped []uint32) {
-	found := false
+// memID returns mem's entry (its id on the followers), and the ids of
+// memories the leader has dropped since the last call.
+func (l *Leader) memID(mem *model.KVMemory) (lm *liveMem, dropped []uint32) {
 	kept := l.mems[:0]
 	for _, m := range l.mems {
 		p := m.mem.Value()
@@ -175,18 +198,38 @@ func (l *Leader) memID(mem *model.KVMemory) (id uint32, dropped []uint32) {
 			dropped = append(dropped, m.id)
 			continue
 		}
-		if p == mem {
-			id, found = m.id, true
-		}
 		kept = append(kept, m)
 	}
 	l.mems = kept
-	if !found {
-		l.nextID++
-		id = l.nextID
-		l.mems = append(l.mems, liveMem{id: id, mem: weak.Make(mem)})
+	for _, m := range l.mems {
+		if m.mem.Value() == mem {
+			return m, dropped
+		}
 	}
-	return id, dropped
+	l.nextID++
+	m := &liveMem{id: l.nextID, mem: weak.Make(mem), tables: make([][]int, mem.Slots)}
+	l.mems = append(l.mems, m)
+	return m, dropped
+}
+
+// checkShrunk reports a slot whose pages changed between calls other than
+// by dropping its last ones: pages attached from a prefix cache, which the
+// followers' memory does not hold.
+func (m *liveMem) checkShrunk(mem *model.KVMemory) error {
+	for slot, was := range m.tables {
+		now := mem.PageTable(slot)
+		if len(now) > len(was) || !slices.Equal(now, was[:len(now)]) {
+			return fmt.Errorf("cluster: slot %d's KV pages changed outside a forward call (a prefix cache's shared pages?): the other ranks cannot follow that", slot)
+		}
+	}
+	return nil
+}
+
+// record keeps the slots' page tables after a call.
+func (m *liveMem) record(mem *model.KVMemory) {
+	for slot := range m.tables {
+		m.tables[slot] = append(m.tables[slot][:0], mem.PageTable(slot)...)
+	}
 }
 
 // BeginForward sends the call to the followers. It holds the channel until
@@ -201,11 +244,22 @@ func (l *Leader) BeginForward(mem *model.KVMemory, inputs []model.Input) error {
 		l.mu.Unlock()
 		return err
 	}
-	id, dropped := l.memID(mem)
+	lm, dropped := l.memID(mem)
+	if err := lm.checkShrunk(mem); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	id := lm.id
 	p := l.payload[:0]
 	p = binary.LittleEndian.AppendUint32(p, uint32(len(dropped)))
 	for _, d := range dropped {
 		p = binary.LittleEndian.AppendUint32(p, d)
+	}
+	// Every slot's step, not only the inputs': a slot rank 0 reset since
+	// (a request finished or was preempted) gives its pages back on the
+	// followers before this call takes pages, as it did on rank 0.
+	for slot := range mem.Slots {
+		p = binary.LittleEndian.AppendUint32(p, uint32(mem.Step(slot)))
 	}
 	p = binary.LittleEndian.AppendUint32(p, uint32(len(inputs)))
 	for _, in := range inputs {
@@ -225,15 +279,20 @@ func (l *Leader) BeginForward(mem *model.KVMemory, inputs []model.Input) error {
 		l.mu.Unlock()
 		return fmt.Errorf("cluster: a forward call of %d bytes is too large to send", len(p))
 	}
-	if err := l.send(header{kind: kindForward, mem: id, slots: uint32(mem.Slots), seqLen: uint32(mem.SeqLen)}, p); err != nil {
+	h := header{kind: kindForward, mem: id, slots: uint32(mem.Slots), seqLen: uint32(mem.SeqLen),
+		pages: uint32(mem.Pages()), ktype: uint32(mem.KType), vtype: uint32(mem.VType)}
+	if err := l.send(h, p); err != nil {
 		l.mu.Unlock()
 		return err
 	}
+	l.cur, l.curMem = lm, mem
 	return nil
 }
 
-// EndForward releases the channel.
+// EndForward records the slots' pages and releases the channel.
 func (l *Leader) EndForward() {
+	l.cur.record(l.curMem)
+	l.cur, l.curMem = nil, nil
 	l.last = time.Now()
 	l.mu.Unlock()
 }
@@ -264,7 +323,7 @@ type Forwarder interface {
 type Follower struct {
 	c      comm.Comm
 	lm     Forwarder
-	newMem func(slots, seqLen int) (*model.KVMemory, error)
+	newMem func(model.KVOptions) (*model.KVMemory, error)
 	mems   map[uint32]*model.KVMemory
 	seq    uint32
 	inputs []model.Input
@@ -275,8 +334,9 @@ type Follower struct {
 }
 
 // NewFollower returns the follower side over c for the shard lm; newMem
-// allocates the shard's KV memory for the leader's memory of slots × seqLen.
-func NewFollower(c comm.Comm, lm Forwarder, newMem func(slots, seqLen int) (*model.KVMemory, error)) *Follower {
+// allocates the shard's KV memory of the shape of one of the leader's
+// (LanguageModel.NewPagedKVMemory).
+func NewFollower(c comm.Comm, lm Forwarder, newMem func(model.KVOptions) (*model.KVMemory, error)) *Follower {
 	return &Follower{c: c, lm: lm, newMem: newMem, mems: map[uint32]*model.KVMemory{}}
 }
 
@@ -358,15 +418,28 @@ func (f *Follower) forward(h *header, p []byte) error {
 		}
 		delete(f.mems, d)
 	}
+	o := h.kvOptions()
 	mem := f.mems[h.mem]
 	if mem == nil {
-		if mem, err = f.newMem(int(h.slots), int(h.seqLen)); err != nil {
+		if mem, err = f.newMem(o); err != nil {
 			return fmt.Errorf("cluster: the KV memory of %d slots × %d rows: %w", h.slots, h.seqLen, err)
 		}
 		f.mems[h.mem] = mem
 	}
-	if mem.Slots != int(h.slots) || mem.SeqLen != int(h.seqLen) {
-		return fmt.Errorf("cluster: memory %d is %d × %d here, %d × %d on rank 0", h.mem, mem.Slots, mem.SeqLen, h.slots, h.seqLen)
+	if mem.Slots != o.Slots || mem.SeqLen != o.SeqLen || mem.Pages() != o.Pages || mem.KType != o.KType || mem.VType != o.VType {
+		return fmt.Errorf("cluster: memory %d is %d × %d in %d pages of %v/%v here, %d × %d in %d pages of %v/%v on rank 0",
+			h.mem, mem.Slots, mem.SeqLen, mem.Pages(), mem.KType, mem.VType, o.Slots, o.SeqLen, o.Pages, o.KType, o.VType)
+	}
+	if len(p)/4 < mem.Slots {
+		return errors.New("cluster: a forward call cut short")
+	}
+	for slot := range mem.Slots {
+		// Rank 0's slot is at step rows; ours holds at least as many (we
+		// ran every call it ran), unless a call went astray.
+		step, _ := next()
+		if err := mem.Truncate(slot, int(step)); err != nil {
+			return fmt.Errorf("cluster: slot %d is at step %d here, %d on rank 0: %w", slot, mem.Step(slot), step, err)
+		}
 	}
 	n, err := next()
 	if err != nil {
@@ -393,10 +466,8 @@ func (f *Follower) forward(h *header, p []byte) error {
 		if nt > len(p)/4 {
 			return fmt.Errorf("cluster: an input of %d tokens in %d bytes", nt, len(p))
 		}
-		// The leader's slot is at start rows; ours holds at least as many
-		// (we ran every call it ran), unless a call went astray.
-		if err := mem.Truncate(slot, start); err != nil {
-			return fmt.Errorf("cluster: slot %d is at step %d here, %d on rank 0: %w", slot, mem.Step(slot), start, err)
+		if mem.Step(slot) != start {
+			return fmt.Errorf("cluster: input %d: slot %d is at step %d, the call says %d", len(spans), slot, mem.Step(slot), start)
 		}
 		lo := len(f.tokens)
 		for range nt {

@@ -13,6 +13,7 @@ import (
 	"github.com/grok-go/grok/internal/testmodel"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
+	"github.com/grok-go/grok/tensor"
 )
 
 // recorder is a follower's model that keeps each call's logits.
@@ -53,9 +54,7 @@ func group(t *testing.T, n int, c model.Config, every time.Duration) (comm.Comm,
 	var wg sync.WaitGroup
 	for r := 1; r < n; r++ {
 		recs[r] = &recorder{lm: newModel(t, c)}
-		fols[r] = NewFollower(cs[r], recs[r], func(slots, seqLen int) (*model.KVMemory, error) {
-			return model.NewKVMemory(&c, slots, seqLen)
-		})
+		fols[r] = NewFollower(cs[r], recs[r], recs[r].lm.NewPagedKVMemory)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -113,8 +112,9 @@ func TestFollowersMirrorTheLeader(t *testing.T) {
 		if _, err := lm.Forward(mem, []model.Input{{Slot: 1, Tokens: []int{c.VocabSize}}}); err == nil {
 			t.Fatal("a bad token was accepted")
 		} // refused on rank 0 before anything is sent
-		// A second memory (bench makes one per shape) has its own copy.
-		mem2, err := model.NewKVMemory(&c, 1, 8)
+		// A second memory (bench makes one per shape) has its own copy, of
+		// the same page count and element types.
+		mem2, err := model.NewPagedKVMemory(&c, model.KVOptions{Slots: 1, SeqLen: 8, Pages: 3, KType: tensor.F16, VType: tensor.BF16})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,8 +143,8 @@ func TestFollowersMirrorTheLeader(t *testing.T) {
 			if got := []int{m.Step(0), m.Step(1), m.Step(2)}; !slices.Equal(got, steps[len(steps)-1]) {
 				t.Fatalf("n=%d rank %d: steps %v, want %v", n, r, got, steps[len(steps)-1])
 			}
-			if fols[r].Memory(2) == nil || fols[r].Memory(2).SeqLen != 8 {
-				t.Fatalf("n=%d rank %d: no copy of the second memory", n, r)
+			if m2 := fols[r].Memory(2); m2 == nil || m2.SeqLen != 8 || m2.Pages() != 3 || m2.KType != tensor.F16 || m2.VType != tensor.BF16 {
+				t.Fatalf("n=%d rank %d: no copy of the second memory's shape: %+v", n, r, m2)
 			}
 		}
 		if _, err := lm.Forward(mem, []model.Input{{Slot: 1, Tokens: []int{1}}}); err == nil {
@@ -188,7 +188,7 @@ func TestLeaderFailsWhenAFollowerQuits(t *testing.T) {
 	}
 	// Rank 1 makes its memory with a different shape than rank 0 says:
 	// simulate with a slot the follower's memory lacks.
-	raw := rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, [][4]int{{3, 0, 0, 1}}, [][]int{{1}}))
+	raw := rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{3, 0, 0, 1}}, [][]int{{1}}))
 	// Rank 1 may abort before rank 0 leaves the second broadcast.
 	if c0.Bcast(raw[0], 0) == nil {
 		c0.Bcast(raw[1], 0)
@@ -203,17 +203,21 @@ func TestLeaderFailsWhenAFollowerQuits(t *testing.T) {
 }
 
 func rawCommand(kind, seq, mem, slots, seqLen uint32, payload []byte) [2][]byte {
-	h := header{kind: kind, seq: seq, mem: mem, slots: slots, seqLen: seqLen, payload: uint32(len(payload))}
+	h := header{kind: kind, seq: seq, mem: mem, slots: slots, seqLen: seqLen, payload: uint32(len(payload)),
+		pages: uint32(model.KVPages(int(slots), int(seqLen)))}
 	b := make([]byte, headerBytes)
 	h.encode(b)
 	return [2][]byte{b, payload}
 }
 
-func forwardPayload(drop []uint32, ins [][4]int, toks [][]int) []byte {
+func forwardPayload(drop []uint32, steps []int, ins [][4]int, toks [][]int) []byte {
 	var p []byte
 	p = binary.LittleEndian.AppendUint32(p, uint32(len(drop)))
 	for _, d := range drop {
 		p = binary.LittleEndian.AppendUint32(p, d)
+	}
+	for _, st := range steps {
+		p = binary.LittleEndian.AppendUint32(p, uint32(st))
 	}
 	p = binary.LittleEndian.AppendUint32(p, uint32(len(ins)))
 	for i, in := range ins {
@@ -232,7 +236,7 @@ func forwardPayload(drop []uint32, ins [][4]int, toks [][]int) []byte {
 // answer.
 func TestFollowerRefusesBadCommands(t *testing.T) {
 	c := testmodel.SmallConfig()
-	ok := forwardPayload(nil, [][4]int{{0, 0, 0, 2}}, [][]int{{1, 2}})
+	ok := forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 2}}, [][]int{{1, 2}})
 	for _, tc := range []struct {
 		name string
 		cmds [][2][]byte
@@ -241,17 +245,19 @@ func TestFollowerRefusesBadCommands(t *testing.T) {
 		{"magic", [][2][]byte{{make([]byte, headerBytes), nil}}, "magic"},
 		{"lost command", [][2][]byte{rawCommand(kindHeartbeat, 2, 0, 0, 0, nil)}, "lost"},
 		{"kind", [][2][]byte{rawCommand(9, 1, 0, 0, 0, nil)}, "unknown command"},
-		{"cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, [][4]int{{0, 0, 0, 3}, {1, 0, 0, 1}}, [][]int{{1, 2, 3}, {2}})[:48])}, "cut short"},
-		{"inputs cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, ok[:10])}, "1 inputs in 2 bytes"},
+		{"cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 3}, {1, 0, 0, 1}}, [][]int{{1, 2, 3}, {2}})[:48])}, "cut short"},
+		{"inputs cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, ok[:14])}, "1 inputs in 2 bytes"},
 		{"tokens cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, ok[:len(ok)-3])}, "an input of 2 tokens in 5 bytes"},
-		{"slot", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, [][4]int{{1, 0, 0, 1}}, [][]int{{1}}))}, "slot 1 of 1"},
-		{"ahead of us", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, [][4]int{{0, 3, 0, 1}}, [][]int{{1}}))}, "at step 0 here, 3 on rank 0"},
-		{"many tokens", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, [][4]int{{0, 0, 0, 1 << 30}}, [][]int{{1}}))}, "tokens in"},
-		{"many inputs", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, [][4]int{{0, 0, 0, 0}}, [][]int{{}})[:4])}, "cut short"},
+		{"slot", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{1, 0, 0, 1}}, [][]int{{1}}))}, "slot 1 of 1"},
+		{"ahead of us", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{3}, [][4]int{{0, 3, 0, 1}}, [][]int{{1}}))}, "at step 0 here, 3 on rank 0"},
+		{"start", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 2, 0, 1}}, [][]int{{1}}))}, "slot 0 is at step 0, the call says 2"},
+		{"steps cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 3, 8, forwardPayload(nil, []int{0}, nil, nil))}, "cut short"},
+		{"many tokens", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 1 << 30}}, [][]int{{1}}))}, "tokens in"},
+		{"many inputs", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 0}}, [][]int{{}})[:4])}, "cut short"},
 		{"memory shape", [][2][]byte{
 			rawCommand(kindForward, 1, 1, 1, 8, ok),
-			rawCommand(kindForward, 2, 1, 2, 8, ok)}, "1 × 8 here, 2 × 8 on rank 0"},
-		{"model refuses", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, [][4]int{{0, 0, 0, 1}}, [][]int{{c.VocabSize}}))}, "vocabulary"},
+			rawCommand(kindForward, 2, 1, 2, 8, ok)}, "1 × 8 in 1 pages of F32/F32 here, 2 × 8 in 2 pages of F32/F32 on rank 0"},
+		{"model refuses", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 1}}, [][]int{{c.VocabSize}}))}, "vocabulary"},
 		{"no memory", [][2][]byte{rawCommand(kindForward, 1, 1, 0, 8, ok)}, "KV memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -322,5 +328,88 @@ func TestAgree(t *testing.T) {
 				t.Fatalf("rank 2's error does not name the builds: %v", errs[2])
 			}
 		})
+	}
+}
+
+// TestFollowersFreeWhatTheLeaderFreed: a slot rank 0 resets without a call
+// (a finished request) gives its pages back on the followers before the
+// next call takes pages, so a pool that rank 0 can reuse does not run out
+// on them.
+func TestFollowersFreeWhatTheLeaderFreed(t *testing.T) {
+	c := testmodel.SmallConfig()
+	c0, recs, _, wait := group(t, 2, c, time.Hour)
+	lm := newModel(t, c)
+	lead := NewLeader(c0, time.Hour)
+	lm.Hook = lead
+	mem, err := lm.NewPagedKVMemory(model.KVOptions{Slots: 2, SeqLen: 32, Pages: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := make([]int, 20) // two pages of 16 rows
+	for i := range toks {
+		toks[i] = 1 + i
+	}
+	var want [][]float32
+	for _, slot := range []int{0, 1, 0} {
+		out, err := lm.Forward(mem, []model.Input{{Slot: slot, Tokens: toks}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, slices.Clone(out))
+		mem.Reset(slot) // the request is done: its pages are free on rank 0
+	}
+	if err := lead.Close(0); err != nil {
+		t.Fatal(err)
+	}
+	_, errs := wait()
+	if errs[1] != nil {
+		t.Fatalf("follower: %v", errs[1])
+	}
+	for i := range want {
+		if d := testmodel.MaxAbsDiff(recs[1].logits[i], want[i]); d != 0 {
+			t.Fatalf("call %d: logits differ by %g", i, d)
+		}
+	}
+}
+
+// TestLeaderRefusesAttachedPages: a slot started on pages another slot
+// wrote (a prefix cache's Attach) is refused on rank 0 with an error; the
+// followers, whose memory holds no such pages, are not sent the call and
+// go on following.
+func TestLeaderRefusesAttachedPages(t *testing.T) {
+	c := testmodel.SmallConfig()
+	c0, _, _, wait := group(t, 2, c, time.Hour)
+	lm := newModel(t, c)
+	lead := NewLeader(c0, time.Hour)
+	lm.Hook = lead
+	mem, err := lm.NewPagedKVMemory(model.KVOptions{Slots: 2, SeqLen: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := []int{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}
+	if _, err := lm.Forward(mem, []model.Input{{Slot: 0, Tokens: toks}}); err != nil {
+		t.Fatal(err)
+	}
+	pages := slices.Clone(mem.PageTable(0))
+	for _, p := range pages {
+		mem.Retain(p) // the cache's references
+	}
+	mem.Reset(0)
+	if err := mem.Attach(1, pages, len(toks)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lm.Forward(mem, []model.Input{{Slot: 1, Tokens: []int{20}}})
+	if err == nil || !strings.Contains(err.Error(), "slot 1's KV pages changed outside a forward call") {
+		t.Fatalf("Forward on attached pages: %v", err)
+	}
+	mem.Reset(1)
+	if _, err := lm.Forward(mem, []model.Input{{Slot: 1, Tokens: []int{20}}}); err != nil {
+		t.Fatalf("a fresh slot after the refusal: %v", err)
+	}
+	if err := lead.Close(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := wait(); errs[1] != nil {
+		t.Fatalf("follower: %v", errs[1])
 	}
 }

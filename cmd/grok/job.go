@@ -15,7 +15,6 @@ import (
 	"github.com/grok-go/grok/cluster"
 	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/loader"
-	"github.com/grok-go/grok/model"
 )
 
 // job is this process's place in a model split over the ranks of an MPI
@@ -97,9 +96,7 @@ func (j *job) open(mf *modelFlags) (*loader.Model, error) {
 		return m, nil
 	}
 	lm := m.LanguageModel
-	f := cluster.NewFollower(j.c, lm, func(slots, seqLen int) (*model.KVMemory, error) {
-		return lm.NewKVMemory(slots, seqLen)
-	})
+	f := cluster.NewFollower(j.c, lm, lm.NewPagedKVMemory)
 	code, err := f.Run()
 	if err != nil {
 		fmt.Fprintf(j.log, "%v; aborting the job\n", err)

@@ -382,3 +382,76 @@ func TestMpirunFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestMpirunServeRepeatsAPrompt: a prompt seen before, which the prefix
+// cache would start on rank 0's cached pages (pages the other ranks do
+// not follow), decodes under mpirun as a single process decodes it.
+func TestMpirunServeRepeatsAPrompt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kjv.gguf")
+	if err := os.WriteFile(path, defaultmodel.GGUF, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prompt := "In the beginning God created the heaven and the earth. And the earth was without form"
+	want, e, code := grok(t, "run", "-m", path, "--temp", "0", "-n", "24", "-q", "--no-display-prompt", prompt)
+	if code != 0 {
+		t.Fatal(e)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := mpiCmd(t, 2, nil, "serve", "-m", path, "--addr", addr, "--parallel", "1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-done
+		}
+	}()
+	complete := func(p string) (string, int) {
+		body, _ := json.Marshal(map[string]any{"prompt": p, "max_tokens": 24, "temperature": 0})
+		for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(50 * time.Millisecond) {
+			resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				continue
+			}
+			var r struct {
+				Choices []struct{ Text string } `json:"choices"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			if resp.StatusCode == 503 { // still loading
+				continue
+			}
+			if err != nil || len(r.Choices) == 0 {
+				return "", resp.StatusCode
+			}
+			return r.Choices[0].Text, resp.StatusCode
+		}
+		t.Fatalf("serve did not answer:\n%s", out.String())
+		return "", 0
+	}
+	// The prompt, another in the same slot, and the prompt again: the
+	// prefix cache would start the third on the first's cached pages,
+	// which the other ranks' slot no longer holds.
+	for i, p := range []string{prompt, "And God said, Let there be light: and there was light. And God saw", prompt} {
+		got, status := complete(p)
+		if status != 200 {
+			t.Fatalf("request %d: %d\n%s", i, status, out.String())
+		}
+		if p == prompt && got != strings.TrimSuffix(want, "\n") {
+			t.Fatalf("request %d: %q, want %q (as one process)\n%s", i, got, want, out.String())
+		}
+	}
+}
