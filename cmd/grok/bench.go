@@ -97,11 +97,14 @@ type benchResult struct {
 	// processes load the machine unevenly.
 	PairedRatio float64 `json:"roofline_ratio_paired"`
 
-	// With --tp N > 1: the shards, and per decode step (one token of each
-	// sequence) the collectives rank 0 made, their payload bytes, the time
-	// spent in them (waiting for the other shards included) and its share
-	// of the decode time; CommLatencyUs is that time per collective.
+	// With --tp N > 1 or under mpirun: the shards (Ranks: one per MPI
+	// rank, else in process), and per decode step (one token of each
+	// sequence) the collectives rank 0 made (under mpirun also the
+	// broadcast of each call to the other ranks), their payload bytes, the
+	// time spent in them (waiting for the other shards included) and its
+	// share of the decode time; CommLatencyUs is that time per collective.
 	TP                 int       `json:"tp,omitempty"`
+	Ranks              bool      `json:"tp_mpi_ranks,omitempty"`
 	CollectivesPerStep float64   `json:"collectives_per_step,omitempty"`
 	CommBytesPerStep   float64   `json:"comm_bytes_per_step,omitempty"`
 	CommMsPerStep      float64   `json:"comm_ms_per_step,omitempty"`
@@ -367,6 +370,9 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	res.DecodeAllocs = float64(allocs) / float64(o.reps*B*o.n)
 	if cc != nil {
 		res.TP = len(lm.Shards())
+		if sh := lm.Sharding(); sh.Size > 1 {
+			res.TP, res.Ranks = sh.Size, true
+		}
 		steps := float64(o.reps * o.n)
 		res.CollectivesPerStep = float64(commSum.Calls) / steps
 		res.CommBytesPerStep = float64(commSum.Bytes) / steps
@@ -440,7 +446,10 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 		r.Model, r.Type, float64(r.Params)/1e6, r.MappedMB, r.LoadS)
 	fmt.Fprintf(w, "memory    RSS %.1f MB after load, %.1f MB after the runs (mapped weights paged in)\n", r.RSSMB, r.RSSRunMB)
 	fmt.Fprintf(w, "threads   %d (GOMAXPROCS %d, %s)\n", r.Threads, runtime.GOMAXPROCS(0), r.GoVersion)
-	if r.TP > 1 {
+	switch {
+	case r.TP > 1 && r.Ranks:
+		fmt.Fprintf(w, "shards    %d on the model axis, one per MPI rank, %d threads each\n", r.TP, r.Threads)
+	case r.TP > 1:
 		fmt.Fprintf(w, "shards    %d on the model axis, in process, %d threads each\n", r.TP, max(1, r.Threads/r.TP))
 	}
 	of := ""

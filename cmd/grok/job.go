@@ -72,7 +72,10 @@ func (j *job) open(mf *modelFlags) (*loader.Model, error) {
 		return nil, err
 	}
 	opt := mf.options()
-	opt.TP, opt.Comm = 1, j.c
+	// Counted, so that LanguageModel.Collectives (grok bench) sees the
+	// shard's collectives and the broadcast of each call.
+	cc := comm.NewCounting(j.c)
+	opt.TP, opt.Comm = 1, cc
 	m, err := loader.Open(*mf.path, opt)
 	id := cluster.Identity{State: cluster.Failed}
 	if err == nil {
@@ -91,12 +94,12 @@ func (j *job) open(mf *modelFlags) (*loader.Model, error) {
 		return nil, err
 	}
 	if j.c.Rank() == 0 {
-		j.leader = cluster.NewLeader(j.c, cluster.HeartbeatEvery)
+		j.leader = cluster.NewLeader(cc, cluster.HeartbeatEvery)
 		m.LanguageModel.Hook = j.leader
 		return m, nil
 	}
 	lm := m.LanguageModel
-	f := cluster.NewFollower(j.c, lm, lm.NewPagedKVMemory)
+	f := cluster.NewFollower(cc, lm, lm.NewPagedKVMemory)
 	code, err := f.Run()
 	if err != nil {
 		fmt.Fprintf(j.log, "%v; aborting the job\n", err)

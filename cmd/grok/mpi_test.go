@@ -455,3 +455,23 @@ func TestMpirunServeRepeatsAPrompt(t *testing.T) {
 		}
 	}
 }
+
+// TestMpirunBench: grok bench under mpirun reports the shards as ranks
+// and the collectives of a decode step: 2 a layer, the embedding's and
+// the logits', and the two broadcasts of the call to the other ranks.
+func TestMpirunBench(t *testing.T) {
+	m := mpiModels(t)[3] // kv8-F32
+	o, e, err := mpiGrok(t, 2, nil, "bench", "-m", m.path, "--json", "-r", "1", "-p", "4", "-n", "4", "--bw-mb", "8", "-t", "1")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, e)
+	}
+	var r benchResult
+	if err := json.Unmarshal([]byte(o), &r); err != nil {
+		t.Fatalf("%v: %s", err, o)
+	}
+	layers := fixtures.SmallConfig().NumLayers
+	if r.TP != 2 || !r.Ranks || r.CollectivesPerStep != float64(2*layers+2+2) || r.CommBytesPerStep <= 0 {
+		t.Fatalf("bench under mpirun: tp %d ranks %v, %v collectives and %v bytes a step; want 2 ranks and %d collectives",
+			r.TP, r.Ranks, r.CollectivesPerStep, r.CommBytesPerStep, 2*layers+4)
+	}
+}
