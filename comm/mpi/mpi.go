@@ -69,6 +69,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -99,6 +100,11 @@ type Comm struct {
 	pin    runtime.Pinner // the buffers of the request in flight
 	req    C.MPI_Request  // the request in flight (a field: a local would escape to the heap)
 	done   C.int
+	// nap is wait's pause between polls, 50 µs. Not time.Sleep: with
+	// nothing else to run, the Go runtime waits for timers in epoll_wait,
+	// whose timeout is in whole milliseconds, so a 50 µs sleep lasts a
+	// millisecond; nanosleep blocks this thread for the time asked.
+	nap syscall.Timespec
 }
 
 var _ comm.Comm = (*Comm)(nil)
@@ -165,7 +171,7 @@ func Init() (*Comm, error) {
 			initErr = mpiError("MPI_Comm_size", rc)
 			return
 		}
-		world = &Comm{rank: int(r), size: int(n), Timeout: DefaultTimeout}
+		world = &Comm{rank: int(r), size: int(n), Timeout: DefaultTimeout, nap: syscall.Timespec{Nsec: 50_000}}
 	})
 	return world, initErr
 }
@@ -332,7 +338,7 @@ func (c *Comm) wait(what string) error {
 		switch {
 		case el < 50*time.Microsecond:
 		case el < 100*time.Millisecond:
-			time.Sleep(50 * time.Microsecond)
+			syscall.Nanosleep(&c.nap, nil) // see nap
 		default: // idle: a follower between requests
 			time.Sleep(10 * time.Millisecond)
 		}

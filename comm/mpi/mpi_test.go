@@ -230,7 +230,10 @@ func BenchmarkWorld(b *testing.B) {
 		f    func() error
 	}{
 		{"AllReduceSum-1536", func() error { return c.AllReduceSum(make([]float32, 1536)) }},
+		{"AllReduceSum-6144", func() error { return c.AllReduceSum(make([]float32, 6144)) }},
+		{"AllReduceSum-8192", func() error { return c.AllReduceSum(make([]float32, 8192)) }},
 		{"AllGather-16384", func() error { return c.AllGather(make([]float32, 16384*c.Size()), make([]float32, 16384)) }},
+		{"AllGather-65536", func() error { return c.AllGather(make([]float32, 65536*c.Size()), make([]float32, 65536)) }},
 		{"Bcast-32", func() error { return c.Bcast(make([]byte, 32), 0) }},
 		{"Barrier", c.Barrier},
 	} {
