@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 // GROK_TEST_FAULT_FILE appears, so that a test picks the moment.
 func faultHook() {
 	fault, file := os.Getenv("GROK_TEST_FAULT"), os.Getenv("GROK_TEST_FAULT_FILE")
-	if fault == "" || os.Getenv("OMPI_COMM_WORLD_RANK") != "1" {
+	if fault == "" || fault == "stall-in-request" || os.Getenv("OMPI_COMM_WORLD_RANK") != "1" {
 		return
 	}
 	go func() {
@@ -50,7 +51,7 @@ func faultHook() {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		sig := syscall.SIGSTOP // "stall", "stall-in-request"
+		sig := syscall.SIGSTOP // "stall"
 		if fault == "die" {
 			sig = syscall.SIGKILL
 		}
@@ -322,7 +323,8 @@ func TestMpirunFaults(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close()
 		trigger := filepath.Join(t.TempDir(), "fault")
-		cmd := mpiCmd(t, 2, []string{"GROK_MPI_TIMEOUT=2s", "GROK_TEST_FAULT=" + fault, "GROK_TEST_FAULT_FILE=" + trigger},
+		mark := fmt.Sprintf("%d-%s", os.Getpid(), fault) // names this job's processes
+		cmd := mpiCmd(t, 2, []string{"GROK_MPI_TIMEOUT=2s", "GROK_TEST_FAULT=" + fault, "GROK_TEST_FAULT_FILE=" + trigger, "GROK_TEST_MARK=" + mark},
 			"serve", "-m", "../../testdata/grok-tiny/grok-tiny.gguf", "--addr", addr)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -353,17 +355,12 @@ func TestMpirunFaults(t *testing.T) {
 		}
 		want := "MPI_Ibarrier did not complete in 2s" // the idle heartbeat's
 		if fault == "stall-in-request" {
-			// A long streamed completion: the fault comes after its first
-			// token, while rank 0 is in the forward passes of the rest.
-			resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
-				strings.NewReader(`{"prompt":[1,5,7],"max_tokens":240,"ignore_eos":true,"stream":true}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			if _, err := resp.Body.Read(make([]byte, 1)); err != nil {
-				t.Fatal(err)
-			}
+			// Rank 1 stopped well within a second of the last request
+			// (before rank 0's first idle heartbeat), then a request: rank
+			// 0 waits in a collective of its first forward pass.
+			stopRank1(t, mark)
+			go http.Post("http://"+addr+"/v1/completions", "application/json",
+				strings.NewReader(`{"prompt":[1,5,7],"max_tokens":8}`))
 			want = "MPI_Iallgather (AllReduceSum) did not complete in 2s"
 		}
 		os.WriteFile(trigger, nil, 0o644)
@@ -474,4 +471,33 @@ func TestMpirunBench(t *testing.T) {
 		t.Fatalf("bench under mpirun: tp %d ranks %v, %v collectives and %v bytes a step; want 2 ranks and %d collectives",
 			r.TP, r.Ranks, r.CollectivesPerStep, r.CommBytesPerStep, 2*layers+4)
 	}
+}
+
+// stopRank1 stops (SIGSTOP) rank 1 of the job whose processes have
+// GROK_TEST_MARK=mark, and returns once it is stopped.
+func stopRank1(t *testing.T, mark string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		env, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		vars := strings.Split(string(env), "\x00")
+		if !slices.Contains(vars, "GROK_TEST_MARK="+mark) || !slices.Contains(vars, "OMPI_COMM_WORLD_RANK=1") {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(time.Millisecond) {
+			st, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+			if f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:])); len(f) > 0 && f[0] == "T" {
+				return
+			}
+		}
+		t.Fatalf("rank 1 (pid %d) did not stop", pid)
+	}
+	t.Fatal("rank 1 not found")
 }
