@@ -67,7 +67,9 @@ func mpiCmd(t *testing.T, np int, env []string, args ...string) *exec.Cmd {
 		t.Skip("mpirun is not installed (apt-get install openmpi-bin)")
 	}
 	env = append(env, "GROK_TEST_AS_GROK=1")
-	a := []string{"--allow-run-as-root", "--oversubscribe"}
+	// As comm/mpi's tests: root in a container, more ranks than cores,
+	// and no cross-memory attach (containers often forbid ptrace).
+	a := []string{"--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"}
 	for _, e := range env {
 		a = append(a, "-x", e)
 	}

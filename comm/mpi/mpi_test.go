@@ -38,6 +38,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// mpirunFlags are the flags the tests start mpirun with: CI runs as root
+// in a container, with more ranks than cores, where Open MPI's shared
+// memory cannot use cross-memory attach (process_vm_readv needs ptrace
+// rights containers often lack), so it copies through its buffers.
+func mpirunFlags() []string {
+	return []string{"--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"}
+}
+
 // mpirun runs this binary under mpirun with np ranks, the test filter run,
 // and env added; it returns the combined output and the exit error.
 func mpirun(t *testing.T, np int, run string, env ...string) (string, error) {
@@ -45,7 +53,7 @@ func mpirun(t *testing.T, np int, run string, env ...string) (string, error) {
 	if _, err := exec.LookPath("mpirun"); err != nil {
 		t.Skip("mpirun is not installed (apt-get install openmpi-bin)")
 	}
-	args := []string{"--allow-run-as-root", "--oversubscribe", "-np", fmt.Sprint(np)}
+	args := append(mpirunFlags(), "-np", fmt.Sprint(np))
 	for _, e := range env {
 		args = append(args, "-x", e)
 	}
