@@ -29,10 +29,10 @@ type LanguageModel struct {
 	Pool *parallel.Pool
 
 	// Hook, when set, is told of each Forward call once its inputs are
-	// checked and before anything is computed or written. Rank 0 of a job
-	// whose shards are separate processes uses it to send the call to the
-	// other ranks (package cluster), so that the runner above stays the
-	// same.
+	// checked and before anything is computed or written (not for
+	// NewTP's model, whose shards are in process). Rank 0 of a job whose
+	// shards are separate processes uses it to send the call to the other
+	// ranks (package cluster), so that the runner above stays the same.
 	Hook ForwardHook
 
 	ws    workspace
