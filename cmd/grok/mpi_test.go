@@ -302,6 +302,7 @@ func TestMpirunRefuses(t *testing.T) {
 		{"blocks", 2, []string{"logits", "-m", "../../testdata/grok-k256/grok-k256-Q4_K_M.gguf", "--tokens", "1,2"},
 			"would split its Q4_K blocks of 256 elements"},
 		{"kv heads", 3, []string{"logits", "-m", f32, "--tokens", "1,2"}, "3 shards are more than the model's 2 kv heads"},
+		{"--tp", 2, []string{"logits", "-m", f32, "--tp", "2", "--tokens", "1,2"}, "under mpirun the 2 ranks are the shards: --tp 2 does not apply"},
 		{"no model", 2, []string{"logits", "--tokens", "1,2"}, "-m MODEL is required"},
 		{"inspect", 2, []string{"inspect", "-m", f32}, "grok inspect does not run under mpirun"},
 	} {
