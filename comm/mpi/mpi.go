@@ -17,7 +17,9 @@
 // Threading: Init asks for MPI_THREAD_SERIALIZED. Goroutines move between OS
 // threads, so the guarantee of MPI_THREAD_FUNNELED (only the thread that
 // called Init calls MPI) cannot be kept without pinning the caller, but no
-// two calls ever overlap: every call holds the Comm's mutex.
+// two calls overlap: every call holds the Comm's mutex, except Abort,
+// which must end the job even while another goroutine polls a collective
+// (and which Open MPI and MPICH carry out from any thread).
 //
 // Every collective is started nonblocking (MPI_Iallgather, MPI_Ibcast,
 // MPI_Ibarrier) and completed by polling MPI_Test against a deadline, the
