@@ -3,21 +3,25 @@
 //
 // Rank 0, the leader, runs the command the user gave (run, logits, bench,
 // serve) unchanged, over its own shard; its LanguageModel's Hook is a
-// Leader, which broadcasts each Forward call — per input the slot, the
-// slot's step before the call, the tokens and AllLogits — before the call
-// computes, with every slot's step. The other ranks, the followers, loop
-// in Follower.Run: receive a call, rewind every slot to rank 0's step
-// (this replaces separate Reset and Truncate messages), and run the same
-// Forward on their own shard and their own KV memory (of the same slots,
-// pages and types, their kv heads only), taking part in its collectives.
-// Their slots then hold as many pages as rank 0's when the call takes new
-// ones, so a follower's pool runs out exactly when rank 0's does. Pages a slot takes
-// from a prefix cache (KVMemory.Attach) are not followed: the follower
-// then finds the slot ahead of its own and fails, so under mpirun the
-// runner's prefix cache is off. While idle the leader sends a heartbeat every second, which
-// every rank answers with a barrier, so that with a comm whose collectives
-// time out (comm/mpi) a dead or stalled rank ends the job within that
-// timeout whether or not requests are running. Close sends shutdown.
+// Leader, which broadcasts each Forward call before it computes: the KV
+// memory's shape, every slot's step, and per input the slot, the tokens
+// and AllLogits. The other ranks, the followers, loop in Follower.Run:
+// receive a call, rewind every slot to rank 0's step (this replaces
+// separate Reset and Truncate messages), and run the same Forward on their
+// own shard and their own KV memory (of the same slots, pages and types,
+// their kv heads only), taking part in its collectives. Their slots then
+// hold as many pages as rank 0's when the call takes new ones, so a
+// follower's pool runs out exactly when rank 0's does.
+//
+// Between calls a slot may only shrink: pages attached from a prefix
+// cache (KVMemory.Attach, ReplacePage) hold rows the followers' memory
+// does not, and rank 0 refuses a call on such a slot; under mpirun the
+// runner's prefix cache is off.
+//
+// While idle the leader sends a heartbeat every second, which every rank
+// answers with a barrier, so that with a comm whose collectives time out
+// (comm/mpi) a dead or stalled rank ends the job within that timeout
+// whether or not requests are running. Close sends shutdown.
 //
 // Agree checks, before any of that, that the ranks loaded the same model
 // and run the same build.
