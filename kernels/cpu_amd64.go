@@ -37,7 +37,7 @@ func init() {
 		levels = append(levels, s)
 		if x.HasAVX512VNNI {
 			v := *s
-			v.name, v.int8 = "AVX512VNNI", &intVNNI
+			v.name, v.int8, v.fast = "AVX512VNNI", &intVNNI, &fastVNNI
 			levels = append(levels, &v)
 		}
 	}

@@ -56,6 +56,9 @@ type (
 	// addScaledKernel: d[i] += sc[i]·a[i], product and sum each rounded,
 	// over n vectors: (d, sc, a *float32, n int).
 	addScaledKernel uint16
+	// fastKernel is the fast precision's int8 GEMM tile (fastMatMul):
+	// (w *byte, ldw int, xa *byte, ldx int, nb int, out *float32).
+	fastKernel uint16
 	// dequantKernel decodes n whole blocks of its type at src into float32
 	// at dst, with tensor.DequantizeRow's bits: (dst *float32, src *byte,
 	// n int).
@@ -155,6 +158,9 @@ type kernelSet struct {
 	// dequant decodes blocks for dequantMatMul; a zero entry (or a nil
 	// table) leaves the type to tensor.DecodeRow.
 	dequant *[numDQ]dequantKernel
+	// fast holds the fast-precision int8 GEMM (fastMatMul); nil leaves
+	// Fast products to the exact path.
+	fast *[numIK]fastFamily
 	// fused multiplies blocks of the dequantisers' types without scratch
 	// for decode (dequantMatMul); a family without kernels (or a nil
 	// table) leaves the type to the two-pass path.

@@ -36,3 +36,7 @@ const noKernels = "kernels: built without assembly"
 func (addScaledKernel) call(d, sc, a *float32, n int) { panic(noKernels) }
 
 func (dequantKernel) call(dst *float32, src *byte, n int) { panic(noKernels) }
+
+func (fastKernel) call(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32) {
+	panic(noKernels)
+}

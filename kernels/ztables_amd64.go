@@ -81,6 +81,40 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 }
 
 const (
+	k_fastQ8_4x1_VNNI fastKernel = iota + 1
+	k_fastQ8_1x1_VNNI
+	k_fastQ8_4x2_VNNI
+	k_fastQ8_1x2_VNNI
+	k_fastI8_4x1_VNNI
+	k_fastI8_1x1_VNNI
+	k_fastI8_4x2_VNNI
+	k_fastI8_1x2_VNNI
+)
+
+func (k fastKernel) call(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32) {
+	switch k {
+	case k_fastQ8_4x1_VNNI:
+		fastQ8_4x1_VNNI(w, ldw, xa, ldx, nb, out)
+	case k_fastQ8_1x1_VNNI:
+		fastQ8_1x1_VNNI(w, ldw, xa, ldx, nb, out)
+	case k_fastQ8_4x2_VNNI:
+		fastQ8_4x2_VNNI(w, ldw, xa, ldx, nb, out)
+	case k_fastQ8_1x2_VNNI:
+		fastQ8_1x2_VNNI(w, ldw, xa, ldx, nb, out)
+	case k_fastI8_4x1_VNNI:
+		fastI8_4x1_VNNI(w, ldw, xa, ldx, nb, out)
+	case k_fastI8_1x1_VNNI:
+		fastI8_1x1_VNNI(w, ldw, xa, ldx, nb, out)
+	case k_fastI8_4x2_VNNI:
+		fastI8_4x2_VNNI(w, ldw, xa, ldx, nb, out)
+	case k_fastI8_1x2_VNNI:
+		fastI8_1x2_VNNI(w, ldw, xa, ldx, nb, out)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
 	k_dotF32_4x1_AVX2 dotKernel = iota + 1
 	k_dotF32_1x1_AVX2
 	k_dotF32_4x2_AVX2
@@ -1433,4 +1467,9 @@ var fmaPeakAVX512 = fmaPeak_AVX512
 var intAVXVNNI = [...]intFamily{
 	ikQ8: {R: 2, T: 3, B: 1, full: []intKernel{k_intQ8_2x1_AVXVNNI, k_intQ8_2x2_AVXVNNI, k_intQ8_2x3_AVXVNNI}, one: []intKernel{k_intQ8_1x1_AVXVNNI, k_intQ8_1x2_AVXVNNI, k_intQ8_1x3_AVXVNNI}},
 	ikI8: {R: 2, T: 3, B: 1, full: []intKernel{k_intI8_2x1_AVXVNNI, k_intI8_2x2_AVXVNNI, k_intI8_2x3_AVXVNNI}, one: []intKernel{k_intI8_1x1_AVXVNNI, k_intI8_1x2_AVXVNNI, k_intI8_1x3_AVXVNNI}},
+}
+
+var fastVNNI = [...]fastFamily{
+	ikQ8: {R: 4, V: 2, full: []fastKernel{k_fastQ8_4x1_VNNI, k_fastQ8_4x2_VNNI}, one: []fastKernel{k_fastQ8_1x1_VNNI, k_fastQ8_1x2_VNNI}},
+	ikI8: {R: 4, V: 2, full: []fastKernel{k_fastI8_4x1_VNNI, k_fastI8_4x2_VNNI}, one: []fastKernel{k_fastI8_1x1_VNNI, k_fastI8_1x2_VNNI}},
 }

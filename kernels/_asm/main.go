@@ -132,6 +132,7 @@ func main() {
 		fmt.Fprintf(&tb, "\nvar fmaPeak%s = %s\n", a.name, genFMAPeak(a))
 	}
 	genIntFamily(&tb, avxvnni)
+	genFastTable(&tb)
 	Generate()
 	if f := flag.Lookup("out"); f != nil && f.Value.String() != "" {
 		if err := rewriteVEXVNNI(f.Value.String()); err != nil {

@@ -1,0 +1,181 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/grok-go/grok/tensor"
+)
+
+// fma32Exact rounds a·b+c once to float32 through big.Float.
+func fma32Exact(a, b, c float32) float32 {
+	p := new(big.Float).SetPrec(200).SetFloat64(float64(a))
+	p.Mul(p, new(big.Float).SetPrec(200).SetFloat64(float64(b)))
+	p.Add(p, new(big.Float).SetPrec(200).SetFloat64(float64(c)))
+	f, _ := p.Float32()
+	return f
+}
+
+func TestFMA32RoundsOnce(t *testing.T) {
+	// 1+2^-24 is halfway between 1 and 1+2^-23 in float32; with a tiny
+	// product below it, rounding the float64 sum again would give 1.
+	cases := [][3]float32{
+		{0x1p-30, 0x1p-30, 1 + 0x1p-23},
+		{1 + 0x1p-23, 1 + 0x1p-23, -1},
+		{0x1p-12 + 0x1p-35, 0x1p-12, 1},
+		{-(0x1p-12 + 0x1p-35), 0x1p-12, -1},
+		{3, 5, 7},
+		{0, 0, 0},
+	}
+	// a·b = 2^-24 - 2^-60: the float64 sum with 1+2^-23 is the float32
+	// midpoint 1+2^-23+2^-24 (a tie that rounds to even, up), while the
+	// exact sum is below it.
+	cases = append(cases, [3]float32{0x1p-12 * (1 + 0x1p-18), 0x1p-12 * (1 - 0x1p-18), 1 + 0x1p-23})
+	cases = append(cases, [3]float32{-0x1p-12 * (1 + 0x1p-18), 0x1p-12 * (1 - 0x1p-18), -1 - 0x1p-23})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20000; i++ {
+		a := float32(rng.NormFloat64() * math.Exp2(float64(rng.IntN(40)-20)))
+		b := float32(rng.NormFloat64())
+		c := float32(rng.NormFloat64() * math.Exp2(float64(rng.IntN(40)-20)))
+		cases = append(cases, [3]float32{a, b, c})
+	}
+	for _, c := range cases {
+		got, want := fma32(c[0], c[1], c[2]), fma32Exact(c[0], c[1], c[2])
+		if math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("fma32(%g, %g, %g) = %g, want %g", c[0], c[1], c[2], got, want)
+		}
+	}
+}
+
+// fastMats are the shapes the fast tests run: rows that are and are not
+// whole tiles, several spans, I8 with several shards.
+func fastMats(rng *rand.Rand) []testMat {
+	var ms []testMat
+	for _, s := range []struct {
+		dt              tensor.DType
+		out, in, shards int
+	}{
+		{tensor.Q8_0, 9, 64, 1},
+		{tensor.Q8_0, 16, 2048 + 96, 1},
+		{tensor.Q8_0, 5, 4096 + 32, 1},
+		{tensor.I8, 7, 128, 2},
+		{tensor.I8, 12, 4096 + 64, 2},
+		{tensor.I8, 4, 96, 1},
+	} {
+		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
+	}
+	return ms
+}
+
+// TestFastKernelsEqualReference: the fast product with the assembly has
+// the bits of its pure-Go twin (fastTileRef), for every tile shape, every
+// token count up to several vector groups, and any split of the rows.
+func TestFastKernelsEqualReference(t *testing.T) {
+	if active == nil || active.fast == nil {
+		t.Skip("no fast kernels on this machine")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tm := range fastMats(rng) {
+		m := &tm.m
+		for _, n := range []int{1, 2, 15, 16, 17, 33, 48, 70} {
+			t.Run(fmt.Sprintf("%v_%dx%d_n%d", m.Type, m.Out, m.In, n), func(t *testing.T) {
+				x := randInputs(rng, n, m.In)
+				want := make([]float32, n*m.Out)
+				matMulFastRef(want, x, n, m, 0, m.Out)
+				got := make([]float32, n*m.Out)
+				MatMulRowsP(got, x, n, m, 0, m.Out, Fast)
+				checkSameBits(t, got, want)
+				// Any split of the rows: the same bits.
+				clear(got)
+				mid := rng.IntN(m.Out + 1)
+				MatMulRowsP(got, x, n, m, 0, mid, Fast)
+				MatMulRowsP(got, x, n, m, mid, m.Out, Fast)
+				checkSameBits(t, got, want)
+			})
+		}
+	}
+}
+
+func checkSameBits(t *testing.T, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if !sameBits(got[i], want[i]) {
+			t.Fatalf("element %d: %g (%08x), want %g (%08x)", i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+// TestFastTokenAloneEqualsInBatch: a token's fast outputs have the same
+// bits alone and at any place of a ragged batch, in Go and in assembly.
+func TestFastTokenAloneEqualsInBatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, tm := range fastMats(rng) {
+		m := &tm.m
+		const n = 37
+		x := randInputs(rng, n, m.In)
+		for _, impl := range []struct {
+			name string
+			f    func(dst, x []float32, n int)
+		}{
+			{"Go", func(dst, x []float32, n int) { matMulFastRef(dst, x, n, m, 0, m.Out) }},
+			{"active", func(dst, x []float32, n int) { MatMulRowsP(dst, x, n, m, 0, m.Out, Fast) }},
+		} {
+			t.Run(fmt.Sprintf("%s_%v_%dx%d", impl.name, m.Type, m.Out, m.In), func(t *testing.T) {
+				batch := make([]float32, n*m.Out)
+				impl.f(batch, x, n)
+				for _, tok := range []int{0, 15, 16, 36} {
+					alone := make([]float32, m.Out)
+					impl.f(alone, x[tok*m.In:(tok+1)*m.In], 1)
+					checkSameBits(t, alone, batch[tok*m.Out:(tok+1)*m.Out])
+				}
+				// A ragged sub-batch starting at token 5.
+				sub := make([]float32, 20*m.Out)
+				impl.f(sub, x[5*m.In:25*m.In], 20)
+				checkSameBits(t, sub, batch[5*m.Out:25*m.Out])
+			})
+		}
+	}
+}
+
+// TestFastNearExact: the fast product is the exact one up to the int8
+// rounding of the activations (a relative error of order 1/254 a term),
+// and types without int8 weights give the exact path's bits.
+func TestFastNearExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	forLevels(t, func(t *testing.T) {
+		for _, tm := range fastMats(rng) {
+			m := &tm.m
+			n := 20
+			x := randInputs(rng, n, m.In)
+			got := make([]float32, n*m.Out)
+			MatMulRowsP(got, x, n, m, 0, m.Out, Fast)
+			for i := 0; i < n; i++ {
+				for o := 0; o < m.Out; o++ {
+					var s, abs float64
+					for k := 0; k < m.In; k++ {
+						p := tm.deq[o*m.In+k] * float64(x[i*m.In+k])
+						s += p
+						abs += math.Abs(p)
+					}
+					if d := math.Abs(float64(got[i*m.Out+o]) - s); d > abs/64 {
+						t.Fatalf("%v: out[%d][%d] = %g, want %g (|Σ|w·x|| %g)", m.Type, i, o, got[i*m.Out+o], s, abs)
+					}
+				}
+			}
+		}
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q4_K} {
+			tm := newTestMat(rng, dt, false, 8, 256, 1, 0)
+			if dt == tensor.Q4_K {
+				tm.m = randBlockMat(t, rng, dt, 8, 256)
+			}
+			x := randInputs(rng, 3, 256)
+			got, want := make([]float32, 3*8), make([]float32, 3*8)
+			MatMulRowsP(got, x, 3, &tm.m, 0, 8, Fast)
+			MatMulRows(want, x, 3, &tm.m, 0, 8)
+			checkSameBits(t, got, want)
+		}
+	})
+}
