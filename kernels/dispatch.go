@@ -57,7 +57,7 @@ type (
 	// over n vectors: (d, sc, a *float32, n int).
 	addScaledKernel uint16
 	// fastKernel is the fast precision's int8 GEMM tile (fastMatMul):
-	// (w *byte, ldw int, xa *byte, ldx int, nb int, out *float32).
+	// (w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int).
 	fastKernel uint16
 	// dequantKernel decodes n whole blocks of its type at src into float32
 	// at dst, with tensor.DequantizeRow's bits: (dst *float32, src *byte,

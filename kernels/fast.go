@@ -184,12 +184,17 @@ type fastFamily struct {
 	full, one []fastKernel
 }
 
-// fastMatMul is MatMulRowsP's fast product: row tile by row tile, span
-// by span (dotSpan elements, restarting at every I8 shard), every group of
-// tokens meets the tile while it is in L1, so each weight byte is read
-// from memory once per call. A kernel call returns the span's sums of a
-// tile (fastTile), which are added to dst in span order (I8: each times
-// the shard's scale first), the same order for every token in any batch.
+// fastMatMul is MatMulRowsP's fast product. Rows go in blocks of
+// fastRows, each block in tiles of the kernels' R rows (single rows at the
+// end of the range), and each tile span by span (dotSpan elements,
+// restarting at every I8 shard) meets every group of tokens while its
+// weights are in L1, so each weight byte is read from memory once per
+// call. A kernel call adds the span's sums to the block's float32 tiles,
+// which thus receive the spans in order from zero, the same order for
+// every token in any batch; the block is then stored to dst, a cache line
+// of each token's outputs at a time. I8 instead adds each span's tiles to
+// dst times the shard's scale (each product rounded, as the exact path
+// does).
 func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	ik := ikQ8
 	if m.Type == tensor.I8 {
@@ -207,68 +212,98 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	defer fastPool.Put(a)
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
-	shards, seg := 1, In
-	if m.Type == tensor.I8 {
-		shards, seg = m.Shards, In/m.Shards
-	}
-	bpb := 32 // weight bytes a block
-	if m.Type == tensor.Q8_0 {
-		bpb = tensor.Q8BlockBytes
-	}
-	for t := 0; t < n; t++ {
-		clear(dst[t*Out+lo : t*Out+hi])
+	scaled := m.Type == tensor.I8
+	shards, seg, bpb := 1, In, tensor.Q8BlockBytes
+	if scaled {
+		shards, seg, bpb = m.Shards, In/m.Shards, 32
+		for t := 0; t < n; t++ {
+			clear(dst[t*Out+lo : t*Out+hi])
+		}
 	}
 	R, V := 4, 2
 	if fam != nil {
 		R, V = fam.R, fam.V
 	}
-	var tile [4 * 2 * fastLanes]float32
+	const gsz = fastRows * fastLanes // a group's tiles: [row][lane]
+	tp := getScratch(a.groups * gsz)
+	defer scratchPool.Put(tp)
+	tiles := *tp
 	nbs, span := seg/32, dotSpan/32
-	for r0 := lo; r0 < hi; {
-		rows := R
-		if hi-r0 < R {
-			rows = 1
+	// tile runs the kernel (or its twin) over rows [r0, r0+rows) of the
+	// block starting at p0, for blocks [kb, kb+nb) of every group.
+	tile := func(p0, r0, rows, kb, nb int) {
+		wo := r0*rb + kb*bpb
+		for g := 0; g < a.groups; g += V {
+			v := min(V, a.groups-g)
+			xo := g*a.stride() + kb*fastBlock
+			out := tiles[g*gsz+(r0-p0)*fastLanes:]
+			if fam != nil {
+				kern := fam.full
+				if rows < R {
+					kern = fam.one
+				}
+				kern[v-1].call(&m.Data[wo], rb, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
+			} else {
+				fastTileRef(out, gsz, m.Data[wo:], rb, m.Type, a.buf[xo:], a.stride(), nb, rows, v)
+			}
+		}
+	}
+	// each calls f(r0, rows) for the tiles of the block [p0, p1).
+	each := func(p0, p1 int, f func(r0, rows int)) {
+		for r0 := p0; r0 < p1; {
+			rows := R
+			if p1-r0 < R {
+				rows = 1
+			}
+			f(r0, rows)
+			r0 += rows
+		}
+	}
+	for p0 := lo; p0 < hi; p0 += fastRows {
+		p1 := min(p0+fastRows, hi)
+		clear(tiles)
+		if !scaled {
+			each(p0, p1, func(r0, rows int) {
+				for b0 := 0; b0 < nbs; b0 += span {
+					tile(p0, r0, rows, b0, min(span, nbs-b0))
+				}
+			})
+			fastScatter(dst, tiles, n, Out, p0, p1, nil)
+			continue
 		}
 		for s := 0; s < shards; s++ {
 			for b0 := 0; b0 < nbs; b0 += span {
-				nb := min(span, nbs-b0)
-				kb := s*nbs + b0 // first activation block
-				wo := r0*rb + kb*bpb
-				for g := 0; g < a.groups; g += V {
-					v := min(V, a.groups-g)
-					xo := g*a.stride() + kb*fastBlock
-					if fam != nil {
-						kern := fam.full
-						if rows < R {
-							kern = fam.one
-						}
-						kern[v-1].call(&m.Data[wo], rb, &a.buf[xo], a.stride(), nb, &tile[0])
-					} else {
-						fastTileRef(tile[:], m.Data[wo:], rb, m.Type, a.buf[xo:], a.stride(), nb, rows, v)
-					}
-					for r := 0; r < rows; r++ {
-						var sc float32
-						if m.Type == tensor.I8 {
-							sc = m.Scales[s*Out+r0+r]
-						}
-						for j := 0; j < v; j++ {
-							for l := 0; l < fastLanes; l++ {
-								t := (g+j)*fastLanes + l
-								if t >= n {
-									break
-								}
-								p := tile[(r*v+j)*fastLanes+l]
-								if m.Type == tensor.I8 {
-									p = float32(sc * p)
-								}
-								dst[t*Out+r0+r] += p
-							}
-						}
-					}
-				}
+				each(p0, p1, func(r0, rows int) {
+					tile(p0, r0, rows, s*nbs+b0, min(span, nbs-b0))
+				})
+				fastScatter(dst, tiles, n, Out, p0, p1, m.Scales[s*Out:(s+1)*Out])
+				clear(tiles)
 			}
 		}
-		r0 += rows
+	}
+}
+
+// fastRows is the rows of a block of fastMatMul: a 64-byte line of each
+// token's outputs.
+const fastRows = 16
+
+// fastScatter moves the tiles of rows [p0, p1) to dst: stored, or with
+// scales added to dst times the row's scale. Tiles are laid out
+// [group][row][lane], fastRows rows a group.
+func fastScatter(dst, tiles []float32, n, Out, p0, p1 int, sc []float32) {
+	for t := 0; t < n; t++ {
+		src := tiles[(t/fastLanes)*fastRows*fastLanes+t%fastLanes:]
+		d := dst[t*Out+p0 : t*Out+p1]
+		if sc != nil {
+			s := sc[p0:p1]
+			for r := range d {
+				d[r] += float32(s[r] * src[r*fastLanes])
+			}
+			continue
+		}
+		for r := range d {
+			d[r] = src[r*fastLanes]
+		}
 	}
 }
 
@@ -276,8 +311,9 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 // are tested to equal bit for bit: for rows weight rows and v vectors of
 // tokens, lane by lane, each block's exact integer Σ w·q converted to
 // float32 and added with one rounding (fma32) times dx (I8) or times
-// dw·dx rounded (Q8_0), from zero over nb blocks; tile[(r·v+j)·16+l].
-func fastTileRef(tile []float32, w []byte, ldw int, t tensor.DType, xa []byte, ldx, nb, rows, v int) {
+// dw·dx rounded (Q8_0), from zero over nb blocks; the sum is then added
+// to tile[j·ldo + 16r + l] (ldo in floats).
+func fastTileRef(tile []float32, ldo int, w []byte, ldw int, t tensor.DType, xa []byte, ldx, nb, rows, v int) {
 	bpb, qoff := 32, 0
 	if t == tensor.Q8_0 {
 		bpb, qoff = tensor.Q8BlockBytes, 2
@@ -301,7 +337,7 @@ func fastTileRef(tile []float32, w []byte, ldw int, t tensor.DType, xa []byte, l
 					}
 					acc = fma32(f, c, acc)
 				}
-				tile[(r*v+j)*fastLanes+l] = acc
+				tile[j*ldo+r*fastLanes+l] += acc
 			}
 		}
 	}

@@ -37,6 +37,6 @@ func (addScaledKernel) call(d, sc, a *float32, n int) { panic(noKernels) }
 
 func (dequantKernel) call(dst *float32, src *byte, n int) { panic(noKernels) }
 
-func (fastKernel) call(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32) {
+func (fastKernel) call(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int) {
 	panic(noKernels)
 }

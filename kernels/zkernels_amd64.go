@@ -2003,42 +2003,42 @@ func intI8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx i
 //go:noescape
 func intI8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fastQ8_4x1_VNNI stores to out[(r·1+v)·16+l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 Q8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fastQ8_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 Q8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastQ8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+func fastQ8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastQ8_1x1_VNNI stores to out[(r·1+v)·16+l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 Q8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fastQ8_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 Q8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastQ8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+func fastQ8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastQ8_4x2_VNNI stores to out[(r·2+v)·16+l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 Q8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fastQ8_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 Q8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastQ8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+func fastQ8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastQ8_1x2_VNNI stores to out[(r·2+v)·16+l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 Q8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fastQ8_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 Q8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastQ8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+func fastQ8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastI8_4x1_VNNI stores to out[(r·1+v)·16+l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 I8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fastI8_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 I8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastI8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+func fastI8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastI8_1x1_VNNI stores to out[(r·1+v)·16+l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 I8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fastI8_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 I8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastI8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+func fastI8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastI8_4x2_VNNI stores to out[(r·2+v)·16+l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 I8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fastI8_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 I8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastI8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+func fastI8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastI8_1x2_VNNI stores to out[(r·2+v)·16+l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 I8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fastI8_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 I8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastI8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+func fastI8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)

@@ -121001,9 +121001,9 @@ reduce:
 	VZEROUPPER
 	RET
 
-// func fastQ8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+// func fastQ8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VNNI
-TEXT ·fastQ8_4x1_VNNI(SB), NOSPLIT, $0-48
+TEXT ·fastQ8_4x1_VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+0(FP), AX
 	MOVQ         ldw+8(FP), CX
 	LEAQ         (CX)(CX*2), DX
@@ -121011,6 +121011,7 @@ TEXT ·fastQ8_4x1_VNNI(SB), NOSPLIT, $0-48
 	MOVQ         ldx+24(FP), SI
 	MOVQ         nb+32(FP), SI
 	MOVQ         out+40(FP), DI
+	MOVQ         ldo+48(FP), R8
 	VXORPS       Z0, Z0, Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -121119,22 +121120,27 @@ loop:
 	ADDQ         $0x00000280, BX
 	DECQ         SI
 	JNZ          loop
+	VADDPS       (DI), Z0, Z0
 	VMOVUPS      Z0, (DI)
+	VADDPS       64(DI), Z1, Z1
 	VMOVUPS      Z1, 64(DI)
+	VADDPS       128(DI), Z2, Z2
 	VMOVUPS      Z2, 128(DI)
+	VADDPS       192(DI), Z3, Z3
 	VMOVUPS      Z3, 192(DI)
 	VZEROUPPER
 	RET
 
-// func fastQ8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+// func fastQ8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VNNI
-TEXT ·fastQ8_1x1_VNNI(SB), NOSPLIT, $0-48
+TEXT ·fastQ8_1x1_VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+0(FP), AX
 	MOVQ         ldw+8(FP), CX
 	MOVQ         xa+16(FP), CX
 	MOVQ         ldx+24(FP), DX
 	MOVQ         nb+32(FP), DX
 	MOVQ         out+40(FP), BX
+	MOVQ         ldo+48(FP), SI
 	VXORPS       Z0, Z0, Z0
 	MOVL         $0x80808080, SI
 	VPBROADCASTD SI, Z1
@@ -121174,13 +121180,14 @@ loop:
 	ADDQ         $0x00000280, CX
 	DECQ         DX
 	JNZ          loop
+	VADDPS       (BX), Z0, Z0
 	VMOVUPS      Z0, (BX)
 	VZEROUPPER
 	RET
 
-// func fastQ8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+// func fastQ8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VNNI
-TEXT ·fastQ8_4x2_VNNI(SB), NOSPLIT, $0-48
+TEXT ·fastQ8_4x2_VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+0(FP), AX
 	MOVQ         ldw+8(FP), CX
 	LEAQ         (CX)(CX*2), DX
@@ -121188,6 +121195,7 @@ TEXT ·fastQ8_4x2_VNNI(SB), NOSPLIT, $0-48
 	MOVQ         ldx+24(FP), SI
 	MOVQ         nb+32(FP), DI
 	MOVQ         out+40(FP), R8
+	MOVQ         ldo+48(FP), R9
 	VXORPS       Z0, Z0, Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -121196,8 +121204,8 @@ TEXT ·fastQ8_4x2_VNNI(SB), NOSPLIT, $0-48
 	VXORPS       Z5, Z5, Z5
 	VXORPS       Z6, Z6, Z6
 	VXORPS       Z7, Z7, Z7
-	MOVL         $0x80808080, R9
-	VPBROADCASTD R9, Z8
+	MOVL         $0x80808080, R10
+	VPBROADCASTD R10, Z8
 
 loop:
 	VMOVDQU32    576(BX), Z9
@@ -121356,30 +121364,39 @@ loop:
 	ADDQ         $0x00000280, BX
 	DECQ         DI
 	JNZ          loop
+	VADDPS       (R8), Z0, Z0
 	VMOVUPS      Z0, (R8)
-	VMOVUPS      Z1, 64(R8)
-	VMOVUPS      Z2, 128(R8)
-	VMOVUPS      Z3, 192(R8)
-	VMOVUPS      Z4, 256(R8)
-	VMOVUPS      Z5, 320(R8)
-	VMOVUPS      Z6, 384(R8)
-	VMOVUPS      Z7, 448(R8)
+	VADDPS       (R8)(R9*1), Z1, Z1
+	VMOVUPS      Z1, (R8)(R9*1)
+	VADDPS       64(R8), Z2, Z2
+	VMOVUPS      Z2, 64(R8)
+	VADDPS       64(R8)(R9*1), Z3, Z3
+	VMOVUPS      Z3, 64(R8)(R9*1)
+	VADDPS       128(R8), Z4, Z4
+	VMOVUPS      Z4, 128(R8)
+	VADDPS       128(R8)(R9*1), Z5, Z5
+	VMOVUPS      Z5, 128(R8)(R9*1)
+	VADDPS       192(R8), Z6, Z6
+	VMOVUPS      Z6, 192(R8)
+	VADDPS       192(R8)(R9*1), Z7, Z7
+	VMOVUPS      Z7, 192(R8)(R9*1)
 	VZEROUPPER
 	RET
 
-// func fastQ8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+// func fastQ8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VNNI
-TEXT ·fastQ8_1x2_VNNI(SB), NOSPLIT, $0-48
+TEXT ·fastQ8_1x2_VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+0(FP), AX
 	MOVQ         ldw+8(FP), CX
 	MOVQ         xa+16(FP), CX
 	MOVQ         ldx+24(FP), DX
 	MOVQ         nb+32(FP), BX
 	MOVQ         out+40(FP), SI
+	MOVQ         ldo+48(FP), DI
 	VXORPS       Z0, Z0, Z0
 	VXORPS       Z1, Z1, Z1
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z2
+	MOVL         $0x80808080, R8
+	VPBROADCASTD R8, Z2
 
 loop:
 	VMOVDQU32    576(CX), Z3
@@ -121436,14 +121453,16 @@ loop:
 	ADDQ         $0x00000280, CX
 	DECQ         BX
 	JNZ          loop
+	VADDPS       (SI), Z0, Z0
 	VMOVUPS      Z0, (SI)
-	VMOVUPS      Z1, 64(SI)
+	VADDPS       (SI)(DI*1), Z1, Z1
+	VMOVUPS      Z1, (SI)(DI*1)
 	VZEROUPPER
 	RET
 
-// func fastI8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+// func fastI8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VNNI
-TEXT ·fastI8_4x1_VNNI(SB), NOSPLIT, $0-48
+TEXT ·fastI8_4x1_VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+0(FP), AX
 	MOVQ         ldw+8(FP), CX
 	LEAQ         (CX)(CX*2), DX
@@ -121451,6 +121470,7 @@ TEXT ·fastI8_4x1_VNNI(SB), NOSPLIT, $0-48
 	MOVQ         ldx+24(FP), SI
 	MOVQ         nb+32(FP), SI
 	MOVQ         out+40(FP), DI
+	MOVQ         ldo+48(FP), R8
 	VXORPS       Z0, Z0, Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -121547,22 +121567,27 @@ loop:
 	ADDQ        $0x00000280, BX
 	DECQ        SI
 	JNZ         loop
+	VADDPS      (DI), Z0, Z0
 	VMOVUPS     Z0, (DI)
+	VADDPS      64(DI), Z1, Z1
 	VMOVUPS     Z1, 64(DI)
+	VADDPS      128(DI), Z2, Z2
 	VMOVUPS     Z2, 128(DI)
+	VADDPS      192(DI), Z3, Z3
 	VMOVUPS     Z3, 192(DI)
 	VZEROUPPER
 	RET
 
-// func fastI8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+// func fastI8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VNNI
-TEXT ·fastI8_1x1_VNNI(SB), NOSPLIT, $0-48
+TEXT ·fastI8_1x1_VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+0(FP), AX
 	MOVQ         ldw+8(FP), CX
 	MOVQ         xa+16(FP), CX
 	MOVQ         ldx+24(FP), DX
 	MOVQ         nb+32(FP), DX
 	MOVQ         out+40(FP), BX
+	MOVQ         ldo+48(FP), SI
 	VXORPS       Z0, Z0, Z0
 	MOVL         $0x80808080, SI
 	VPBROADCASTD SI, Z1
@@ -121599,13 +121624,14 @@ loop:
 	ADDQ        $0x00000280, CX
 	DECQ        DX
 	JNZ         loop
+	VADDPS      (BX), Z0, Z0
 	VMOVUPS     Z0, (BX)
 	VZEROUPPER
 	RET
 
-// func fastI8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+// func fastI8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VNNI
-TEXT ·fastI8_4x2_VNNI(SB), NOSPLIT, $0-48
+TEXT ·fastI8_4x2_VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+0(FP), AX
 	MOVQ         ldw+8(FP), CX
 	LEAQ         (CX)(CX*2), DX
@@ -121613,6 +121639,7 @@ TEXT ·fastI8_4x2_VNNI(SB), NOSPLIT, $0-48
 	MOVQ         ldx+24(FP), SI
 	MOVQ         nb+32(FP), DI
 	MOVQ         out+40(FP), R8
+	MOVQ         ldo+48(FP), R9
 	VXORPS       Z0, Z0, Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -121621,8 +121648,8 @@ TEXT ·fastI8_4x2_VNNI(SB), NOSPLIT, $0-48
 	VXORPS       Z5, Z5, Z5
 	VXORPS       Z6, Z6, Z6
 	VXORPS       Z7, Z7, Z7
-	MOVL         $0x80808080, R9
-	VPBROADCASTD R9, Z8
+	MOVL         $0x80808080, R10
+	VPBROADCASTD R10, Z8
 
 loop:
 	VMOVDQU32   576(BX), Z9
@@ -121765,30 +121792,39 @@ loop:
 	ADDQ        $0x00000280, BX
 	DECQ        DI
 	JNZ         loop
+	VADDPS      (R8), Z0, Z0
 	VMOVUPS     Z0, (R8)
-	VMOVUPS     Z1, 64(R8)
-	VMOVUPS     Z2, 128(R8)
-	VMOVUPS     Z3, 192(R8)
-	VMOVUPS     Z4, 256(R8)
-	VMOVUPS     Z5, 320(R8)
-	VMOVUPS     Z6, 384(R8)
-	VMOVUPS     Z7, 448(R8)
+	VADDPS      (R8)(R9*1), Z1, Z1
+	VMOVUPS     Z1, (R8)(R9*1)
+	VADDPS      64(R8), Z2, Z2
+	VMOVUPS     Z2, 64(R8)
+	VADDPS      64(R8)(R9*1), Z3, Z3
+	VMOVUPS     Z3, 64(R8)(R9*1)
+	VADDPS      128(R8), Z4, Z4
+	VMOVUPS     Z4, 128(R8)
+	VADDPS      128(R8)(R9*1), Z5, Z5
+	VMOVUPS     Z5, 128(R8)(R9*1)
+	VADDPS      192(R8), Z6, Z6
+	VMOVUPS     Z6, 192(R8)
+	VADDPS      192(R8)(R9*1), Z7, Z7
+	VMOVUPS     Z7, 192(R8)(R9*1)
 	VZEROUPPER
 	RET
 
-// func fastI8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)
+// func fastI8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VNNI
-TEXT ·fastI8_1x2_VNNI(SB), NOSPLIT, $0-48
+TEXT ·fastI8_1x2_VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+0(FP), AX
 	MOVQ         ldw+8(FP), CX
 	MOVQ         xa+16(FP), CX
 	MOVQ         ldx+24(FP), DX
 	MOVQ         nb+32(FP), BX
 	MOVQ         out+40(FP), SI
+	MOVQ         ldo+48(FP), DI
 	VXORPS       Z0, Z0, Z0
 	VXORPS       Z1, Z1, Z1
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z2
+	MOVL         $0x80808080, R8
+	VPBROADCASTD R8, Z2
 
 loop:
 	VMOVDQU32   576(CX), Z3
@@ -121841,7 +121877,9 @@ loop:
 	ADDQ        $0x00000280, CX
 	DECQ        BX
 	JNZ         loop
+	VADDPS      (SI), Z0, Z0
 	VMOVUPS     Z0, (SI)
-	VMOVUPS     Z1, 64(SI)
+	VADDPS      (SI)(DI*1), Z1, Z1
+	VMOVUPS     Z1, (SI)(DI*1)
 	VZEROUPPER
 	RET

@@ -91,24 +91,24 @@ const (
 	k_fastI8_1x2_VNNI
 )
 
-func (k fastKernel) call(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32) {
+func (k fastKernel) call(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int) {
 	switch k {
 	case k_fastQ8_4x1_VNNI:
-		fastQ8_4x1_VNNI(w, ldw, xa, ldx, nb, out)
+		fastQ8_4x1_VNNI(w, ldw, xa, ldx, nb, out, ldo)
 	case k_fastQ8_1x1_VNNI:
-		fastQ8_1x1_VNNI(w, ldw, xa, ldx, nb, out)
+		fastQ8_1x1_VNNI(w, ldw, xa, ldx, nb, out, ldo)
 	case k_fastQ8_4x2_VNNI:
-		fastQ8_4x2_VNNI(w, ldw, xa, ldx, nb, out)
+		fastQ8_4x2_VNNI(w, ldw, xa, ldx, nb, out, ldo)
 	case k_fastQ8_1x2_VNNI:
-		fastQ8_1x2_VNNI(w, ldw, xa, ldx, nb, out)
+		fastQ8_1x2_VNNI(w, ldw, xa, ldx, nb, out, ldo)
 	case k_fastI8_4x1_VNNI:
-		fastI8_4x1_VNNI(w, ldw, xa, ldx, nb, out)
+		fastI8_4x1_VNNI(w, ldw, xa, ldx, nb, out, ldo)
 	case k_fastI8_1x1_VNNI:
-		fastI8_1x1_VNNI(w, ldw, xa, ldx, nb, out)
+		fastI8_1x1_VNNI(w, ldw, xa, ldx, nb, out, ldo)
 	case k_fastI8_4x2_VNNI:
-		fastI8_4x2_VNNI(w, ldw, xa, ldx, nb, out)
+		fastI8_4x2_VNNI(w, ldw, xa, ldx, nb, out, ldo)
 	case k_fastI8_1x2_VNNI:
-		fastI8_1x2_VNNI(w, ldw, xa, ldx, nb, out)
+		fastI8_1x2_VNNI(w, ldw, xa, ldx, nb, out, ldo)
 	default:
 		panic("kernels: no such kernel")
 	}

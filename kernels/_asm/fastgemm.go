@@ -31,7 +31,7 @@ const (
 	fastCR    = 576
 )
 
-var fastGroup = newGroup("fastKernel", "w *byte, ldw int, xa *byte, ldx int, nb int, out *float32", "w, ldw, xa, ldx, nb, out")
+var fastGroup = newGroup("fastKernel", "w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int", "w, ldw, xa, ldx, nb, out, ldo")
 
 // fastShape is the register tile: R rows × V vectors of 16 tokens
 // (R·V int32 and R·V float32 accumulators, V activation vectors).
@@ -43,15 +43,16 @@ func fastName(k ikind, R, V int) string {
 
 func genFast(k ikind, R, V int) {
 	name := fastName(k, R, V)
-	TEXT(name, NOSPLIT, "func(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32)")
+	TEXT(name, NOSPLIT, "func(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s stores to out[(r·%d+v)·16+l] the sum over nb blocks of %s·Σ_j W[r][b][j]·xq[v][l][b][j] for %d %s weight rows (stride ldw bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
-		name, V, map[ikind]string{iQ8: "dw[r][b]·dx[v][l][b]", iI8: "dx[v][l][b]"}[k], R, k, V))
+	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of %s·Σ_j W[r][b][j]·xq[v][l][b][j] for %d %s weight rows (stride ldw bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
+		name, map[ikind]string{iQ8: "dw[r][b]·dx[v][l][b]", iI8: "dx[v][l][b]"}[k], R, k, V))
 	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), R)
 	xa := Load(Param("xa"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	nb := Load(Param("nb"), GP64())
 	outp := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
 	xat := func(v, off int) Mem {
 		if v == 0 {
 			return Mem{Base: xa, Disp: off}
@@ -119,7 +120,12 @@ func genFast(k ikind, R, V int) {
 	JNZ(LabelRef("loop"))
 	for r := 0; r < R; r++ {
 		for v := 0; v < V; v++ {
-			VMOVUPS(out[r][v], Mem{Base: outp, Disp: 64 * (r*V + v)})
+			m := Mem{Base: outp, Disp: 64 * r}
+			if v == 1 {
+				m = Mem{Base: outp, Index: ldo, Scale: 1, Disp: 64 * r}
+			}
+			VADDPS(m, out[r][v], out[r][v])
+			VMOVUPS(out[r][v], m)
 		}
 	}
 	VZEROUPPER()
