@@ -25,12 +25,13 @@ type ffnTask struct {
 	gate, up *kernels.Mat
 	x        []float32
 	n        int
+	fast     []bool    // per row: fast precision (nil: all exact)
 	h1, h2   []float32 // n×F
 }
 
 func (t *ffnTask) Run(_, lo, hi int) {
-	kernels.MatMulRows(t.h1, t.x, t.n, t.gate, lo, hi)
-	kernels.MatMulRows(t.h2, t.x, t.n, t.up, lo, hi)
+	mulRows(t.h1, t.x, t.n, t.gate, lo, hi, t.fast)
+	mulRows(t.h2, t.x, t.n, t.up, lo, hi, t.fast)
 	F := t.gate.Out
 	for i := 0; i < t.n; i++ {
 		h := t.h1[i*F+lo : i*F+hi]
@@ -42,7 +43,7 @@ func (t *ffnTask) Run(_, lo, hi int) {
 // of x on the pool, leaving the result in y (n×D) and using h1, h2 (n×F).
 func (ws *workspace) ffn(y, x []float32, n int, w, v, w1 *Linear, h1, h2 []float32) {
 	t := &ws.ffnJob
-	*t = ffnTask{gate: &w.W, up: &v.W, x: x, n: n, h1: h1, h2: h2}
+	*t = ffnTask{gate: &w.W, up: &v.W, x: x, n: n, fast: ws.fast, h1: h1, h2: h2}
 	ws.pool.Run(w.W.Out, parallel.DefaultAlign, t)
 	*t = ffnTask{}
 	ws.matmul(h1, n, 0, []*Linear{w1}, y)

@@ -24,6 +24,13 @@ type LanguageModel struct {
 	RMSNorm     RMSNorm
 	Transformer Transformer
 
+	// Precision is the arithmetic of the weight products of prefill: of
+	// every input of more than one token (kernels.Precision; Exact by
+	// default). Inputs of one token (decode steps) are always exact. Each
+	// token is quantised alone under Fast, so its logits do not depend on
+	// the other inputs of the call.
+	Precision kernels.Precision
+
 	// Pool runs Forward's matrix products and attention on several threads
 	// (nil: parallel.Default()). The logits do not depend on its size.
 	Pool *parallel.Pool
@@ -327,7 +334,7 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 	if ws.pool == nil {
 		ws.pool = parallel.Default()
 	}
-	defer func() { ws.pool, ws.comm, ws.commErr = nil, nil, nil }()
+	defer func() { ws.pool, ws.comm, ws.commErr, ws.fast = nil, nil, nil, nil }()
 	vlo, vhi := 0, c.VocabSize
 	if lm.shard != nil {
 		ws.comm, vlo, vhi = lm.shard.comm, lm.shard.vlo, lm.shard.vhi
@@ -337,12 +344,17 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 	h := ws.h[:N*D]
 	ws.seqs = ws.seqs[:0]
 	ws.outRows = ws.outRows[:0]
+	ws.outFast = ws.outFast[:0]
+	anyFast := false
 	r := 0
 	for i, in := range inputs {
+		fast := lm.Precision == kernels.Fast && len(in.Tokens) > 1
+		anyFast = anyFast || fast
 		start := mem.step[in.Slot]
 		ws.seqs = append(ws.seqs, attnSeq{row: r, n: len(in.Tokens), slot: in.Slot, start: start})
 		for t, tok := range in.Tokens {
 			ws.rowSeq[r+t] = i
+			ws.rowFast[r+t] = fast
 			// model.py 1225: input_mask = tokens > pad_token, a key mask only.
 			if !mem.grouped {
 				mem.setKeyOK(in.Slot, start+t, tok > c.PadToken)
@@ -358,6 +370,7 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 			}
 			if in.AllLogits || t == len(in.Tokens)-1 {
 				ws.outRows = append(ws.outRows, r+t)
+				ws.outFast = append(ws.outFast, fast)
 			}
 		}
 		r += len(in.Tokens)
@@ -366,6 +379,10 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 	ws.ropeTabJob = ropeTableTask{ws: ws, rot: &lm.Transformer.Layers[0].Attention.Rotary}
 	ws.pool.Run(N, 1, &ws.ropeTabJob)
 	ws.ropeTabJob = ropeTableTask{}
+	ws.fast = nil
+	if anyFast {
+		ws.fast = ws.rowFast[:N]
+	}
 	for l := range lm.Transformer.Layers {
 		lm.Transformer.Layers[l].Forward(h, N, l, ws.seqs, mem, ws)
 	}
@@ -376,6 +393,9 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 	xn := ws.xn[:rows*D]
 	for i, row := range ws.outRows {
 		kernels.RMSNorm(xn[i*D:(i+1)*D], h[row*D:(row+1)*D], lm.RMSNorm.Scale, lm.RMSNorm.Eps)
+	}
+	if anyFast {
+		ws.fast = ws.outFast
 	}
 	var logits []float32
 	if lm.shard != nil {
@@ -393,4 +413,29 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 		}
 	}
 	return logits, nil
+}
+
+// Mats lists the model's weight matrices that Forward multiplies by (the
+// attention projections, experts, dense blocks and the unembedding; not
+// the router), for tools that describe the products a run makes.
+func (lm *LanguageModel) Mats() []*kernels.Mat {
+	var ms []*kernels.Mat
+	ffn := func(d *DenseBlock) {
+		if d != nil {
+			ms = append(ms, &d.Linear.W, &d.LinearV.W, &d.Linear1.W)
+		}
+	}
+	for i := range lm.Transformer.Layers {
+		d := &lm.Transformer.Layers[i]
+		a := &d.Attention
+		ms = append(ms, &a.Query.W, &a.Key.W, &a.Value.W, &a.Linear.W)
+		if d.MoE != nil {
+			for e := range d.MoE.Linear {
+				ms = append(ms, &d.MoE.Linear[e].W, &d.MoE.LinearV[e].W, &d.MoE.Linear1[e].W)
+			}
+			ffn(d.MoE.Residual)
+		}
+		ffn(d.Dense)
+	}
+	return append(ms, &lm.Unembed.W)
 }

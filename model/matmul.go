@@ -62,6 +62,7 @@ type matTask struct {
 	offs  [4]int         // start of matrix j in the loop's index space; offs[m] = end
 	x     []float32
 	n     int
+	fast  []bool  // per row of x: fast precision (nil: all exact)
 	scale float32 // if not 0, outputs are multiplied by it (the unembedding)
 	// softcap, if not 0, caps the scaled outputs at cap·tanh(y/cap) in the
 	// same pass (Grok-2's final logit soft-cap).
@@ -78,13 +79,36 @@ func (t *matTask) Run(_, lo, hi int) {
 		if t.parts[j] != nil {
 			kernels.CombineBlocks(t.dsts[j], t.parts[j], t.n, t.mats[j], a, b)
 		} else {
-			kernels.MatMulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b)
+			mulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b, t.fast)
 		}
 		if t.softcap != 0 {
 			capRange(t.dsts[j], t.mats[j].Out, t.n, a, b, t.scale, t.softcap)
 		} else {
 			scaleRange(t.dsts[j], t.mats[j].Out, t.n, a, b, t.scale)
 		}
+	}
+}
+
+// mulRows is kernels.MatMulRows with a precision per row of x (fast[i]:
+// row i at kernels.Fast; nil: every row exact), each run of rows of one
+// precision a product of its own. A row's bits depend only on its own
+// precision, never on its neighbours' (both precisions are batch-invariant).
+func mulRows(dst, x []float32, n int, m *kernels.Mat, lo, hi int, fast []bool) {
+	if fast == nil {
+		kernels.MatMulRows(dst, x, n, m, lo, hi)
+		return
+	}
+	for i := 0; i < n; {
+		j := i + 1
+		for j < n && fast[j] == fast[i] {
+			j++
+		}
+		p := kernels.Exact
+		if fast[i] {
+			p = kernels.Fast
+		}
+		kernels.MatMulRowsP(dst[i*m.Out:], x[i*m.In:j*m.In], j-i, m, lo, hi, p)
+		i = j
 	}
 }
 
@@ -105,6 +129,7 @@ func (ws *workspace) matmul(x []float32, n int, scale float32, mats []*Linear, d
 func (ws *workspace) matmulCapped(x []float32, n int, scale, softcap float32, mats []*Linear, dsts ...[]float32) {
 	t := &ws.matJob
 	t.m, t.x, t.n, t.scale, t.softcap = len(mats), x, n, scale, softcap
+	t.fast = ws.fast
 	off := 0
 	blocked := true
 	for j, l := range mats {

@@ -21,6 +21,7 @@ type ffnScratch struct {
 	parts       []expertPart
 	capE        int       // rows of xs and y
 	xs, y       []float32 // capE×D
+	xsFast      []bool    // capE: the precision of each row of xs
 	h1, h2      []float32 // capE×F (+ N×DenseFFNSize for a dense MLP beside the experts)
 
 	ffnJob  ffnTask
@@ -45,6 +46,7 @@ func (s *ffnScratch) grow(c *Config, N int) {
 	// prompts run their experts in groups).
 	s.capE = max(N, min(N*k, maxExpertRows))
 	s.xs, s.y = make([]float32, s.capE*D), make([]float32, s.capE*D)
+	s.xsFast = make([]bool, s.capE)
 	h := s.capE*c.FFNSize + N*c.DenseFFNSize
 	s.h1, s.h2 = make([]float32, h), make([]float32, h)
 }
@@ -148,10 +150,17 @@ func (m *MoELayer) Forward(dst, x []float32, n int, ws *workspace) {
 		p.h1, p.h2 = ws.h1[hUsed:hUsed+hc], ws.h2[hUsed:hUsed+hc]
 		if p.residual {
 			p.xs = x[:n*D] // every row, in order: nothing to gather
+			p.fast = ws.fast
 		} else {
 			p.xs = ws.xs[used*D : (used+c)*D]
 			for r, i := range p.rows {
 				copy(p.xs[r*D:(r+1)*D], x[i*D:(i+1)*D])
+			}
+			if ws.fast != nil {
+				p.fast = ws.xsFast[used : used+c]
+				for r, i := range p.rows {
+					p.fast[r] = ws.fast[i]
+				}
 			}
 		}
 		parts = append(parts, p)
@@ -234,6 +243,7 @@ type expertPart struct {
 	rows     []int        // the row of x and dst of each gathered row
 	gates    []float32    // the router's probability for each (nil: 1)
 	residual bool         // the dense MLP: gate 1, and dst is then divided by √2
+	fast     []bool       // per gathered row: fast precision (nil: all exact)
 	xs, y    []float32    // c×D: gathered inputs, linear_1 outputs
 	h1, h2   []float32    // c×F
 	off      int          // start of the part's hidden units in expertUpTask's index space
@@ -263,8 +273,8 @@ func (t *expertUpTask) Run(_, lo, hi int) {
 			kernels.CombineBlocks(p.h1, p.gateParts, c, p.w, a, b)
 			kernels.CombineBlocks(p.h2, p.upParts, c, p.v, a, b)
 		} else {
-			kernels.MatMulRows(p.h1, p.xs, c, p.w, a, b)
-			kernels.MatMulRows(p.h2, p.xs, c, p.v, a, b)
+			mulRows(p.h1, p.xs, c, p.w, a, b, p.fast)
+			mulRows(p.h2, p.xs, c, p.v, a, b, p.fast)
 		}
 		for r := 0; r < c; r++ {
 			h := p.h1[r*F+a : r*F+b]
@@ -295,7 +305,7 @@ func (t *expertDownTask) Run(_, lo, hi int) {
 		if p.downParts != nil {
 			kernels.CombineBlocks(p.y, p.downParts, len(p.rows), p.w1, lo, hi)
 		} else {
-			kernels.MatMulRows(p.y, p.h1, len(p.rows), p.w1, lo, hi)
+			mulRows(p.y, p.h1, len(p.rows), p.w1, lo, hi, p.fast)
 		}
 		for r, row := range p.rows {
 			d, y := t.dst[row*D+lo:row*D+hi], p.y[r*D+lo:r*D+hi]

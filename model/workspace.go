@@ -17,6 +17,10 @@ type workspace struct {
 	seqs                []attnSeq // the call's sequences
 	rowSeq              []int     // N: index in seqs of each row
 	outRows             []int     // rows of h whose logits are wanted
+	// rowFast and outFast say which rows of h, and of the unembedding's
+	// inputs, multiply at the fast precision (LanguageModel.Precision);
+	// fast is the mask of the products running now (nil: all exact).
+	rowFast, outFast, fast []bool
 
 	// The thread pool the loops run on. Each loop body is a struct reused
 	// for every loop, so that handing it to the pool allocates nothing (a
@@ -42,6 +46,7 @@ func (w *workspace) ensure(c *Config, N, S, threads int) {
 		D := c.EmbSize
 		w.h, w.xn, w.a = make([]float32, N*D), make([]float32, N*D), make([]float32, N*D)
 		w.rowSeq = make([]int, N)
+		w.rowFast = make([]bool, N)
 		w.attnScratch.grow(c, N)
 		w.ffnScratch.grow(c, N)
 		w.capN = N

@@ -183,6 +183,7 @@ func New(lm *model.LanguageModel, tok Tokenizer, opts Options) (*Engine, error) 
 	if err != nil {
 		return nil, err
 	}
+	lm.Precision = opts.Precision
 	e := &Engine{
 		lm: lm, tok: tok, mem: mem, opts: opts, eos: c.EOSToken, plan: plan,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),

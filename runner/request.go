@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"github.com/grok-go/grok/kernels"
 	"time"
 
 	"github.com/grok-go/grok/sampler"
@@ -51,6 +52,13 @@ type Options struct {
 	// PrefillChunk caps the prompt tokens one sequence feeds per step, so a
 	// long prompt does not stall the others' decoding (default 256).
 	PrefillChunk int
+	// Precision is the arithmetic of prefill (model.LanguageModel's
+	// Precision; the default, kernels.Exact, keeps every result the
+	// bits of one full exact pass). Under kernels.Fast a prompt's logits
+	// depend on how it was chunked into prefill steps and on what the
+	// prompt cache held (a cached prefix was computed in the precision of
+	// its own step), though never on the other sequences of a batch.
+	Precision kernels.Precision
 
 	// BeforeStep, when set, runs in the engine's loop before every forward
 	// pass (never while the engine is idle). It is for tests, which use it

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/grok-go/grok/kernels"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -57,6 +58,15 @@ type benchResult struct {
 	PrefillTokS float64   `json:"prefill_tok_s"` // median of reps
 	DecodeTokS  float64   `json:"decode_tok_s"`  // median of reps
 	PrefillRuns []float64 `json:"prefill_tok_s_runs"`
+	// Precision is the prefill's (--precision: exact, fast or both) and
+	// PrecisionRan what it ran on these weights and kernels. With both, the
+	// prefill figures above are exact's and each round also times a fast
+	// prefill of the same prompt right after it.
+	Precision       string    `json:"precision"`
+	PrecisionRan    string    `json:"precision_ran"`
+	FastPrefillTokS float64   `json:"fast_prefill_tok_s,omitempty"`
+	FastPrefillRuns []float64 `json:"fast_prefill_tok_s_runs,omitempty"`
+	FastRatio       float64   `json:"fast_over_exact,omitempty"` // median over rounds of each round's ratio
 	// With -b > 1: one sequence decoded alone in each round, the batch's
 	// aggregate over it, and the ceiling routing puts on that ratio.
 	SingleTokS     float64   `json:"single_decode_tok_s,omitempty"`
@@ -135,6 +145,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	typ := fs.String("type", "f16", "with --make-model: weight type")
 	config := fs.String("config", "medium", "with --make-model: the model's configuration")
 	layers := fs.Int("layers", 0, "with --make-model: decoder layers (0 = the configuration's)")
+	prec := fs.String("precision", "exact", "prefill arithmetic: exact, fast (int8 activations for Q8_0 and [out, in] int8 weights) or both (each round times an exact and a fast prefill); decode is exact")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -144,6 +155,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if *makeModel != "" {
 		return writeBenchModel(*makeModel, *config, *typ, *layers, *seed, stderr)
+	}
+	precision, ok := kernels.ParsePrecision(*prec)
+	both := *prec == "both"
+	if !ok && !both {
+		return usagef("--precision: want exact, fast or both, not %q", *prec)
 	}
 	if *p < 1 || *n < 1 || *reps < 1 || *bwMB < 1 || *threads < 0 || *batch < 1 {
 		return usagef("-p, -n, -r, -b and --bw-mb must be positive and -t not negative")
@@ -183,10 +199,15 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
 	lm := m.LanguageModel
 	c := &lm.Config
+	lm.Precision = precision
+	res.Precision, res.PrecisionRan = *prec, precisionNote(precision, lm)
+	if both {
+		res.PrecisionRan = precisionNote(kernels.Fast, lm)
+	}
 	if *p+*n > c.SequenceLen {
 		return usagef("-p + -n = %d exceeds the model's context of %d", *p+*n, c.SequenceLen)
 	}
-	if err := benchRuns(&res, m, benchOpts{p: *p, n: *n, reps: *reps, batch: *batch, bwMB: *bwMB,
+	if err := benchRuns(&res, m, benchOpts{p: *p, n: *n, reps: *reps, batch: *batch, bwMB: *bwMB, both: both,
 		seed: *seed, cpuProfile: *cpuProfile, mapped: probeWeights(m, *mf.path)}, pool); err != nil {
 		return err
 	}
@@ -213,6 +234,7 @@ type benchOpts struct {
 	seed                    uint64
 	cpuProfile              string
 	mapped                  bool // probeWeights: time a read of the whole mapped file
+	both                    bool // each round also times a fast prefill after the exact one
 }
 
 // benchRuns times o.reps prefills of o.p tokens and o.n decode steps each,
@@ -307,7 +329,7 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		defer pprof.StopCPUProfile()
 	}
 	var allocs uint64
-	var paired []float64
+	var paired, ratios []float64
 	res.Bytes = lm.DecodeStepBytes()
 	res.BytesPerToken = res.Bytes.Total
 	for r := 0; r < o.reps; r++ {
@@ -323,6 +345,21 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 			res.CommShareRuns = append(res.CommShareRuns, commStep.Time.Seconds()/dt.Seconds())
 		}
 		res.PrefillRuns = append(res.PrefillRuns, float64(B*o.p)/pt.Seconds())
+		if o.both {
+			lm.Precision = kernels.Fast
+			for b := 0; b < B; b++ {
+				mem.Reset(b)
+			}
+			t0 := time.Now()
+			_, err := lm.Forward(mem, in)
+			lm.Precision = kernels.Exact
+			if err != nil {
+				return err
+			}
+			fast := float64(B*o.p) / time.Since(t0).Seconds()
+			res.FastPrefillRuns = append(res.FastPrefillRuns, fast)
+			ratios = append(ratios, fast/res.PrefillRuns[len(res.PrefillRuns)-1])
+		}
 		res.DecodeRuns = append(res.DecodeRuns, float64(B*o.n)/dt.Seconds())
 		if B > 1 {
 			// One sequence alone in the same round: what the batch is worth.
@@ -360,6 +397,9 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	}
 	res.RSSRunMB = rssMB()
 	res.PrefillTokS = median(res.PrefillRuns)
+	if o.both {
+		res.FastPrefillTokS, res.FastRatio = median(res.FastPrefillRuns), median(ratios)
+	}
 	res.DecodeTokS = median(res.DecodeRuns)
 	res.PrefillGFLOPToken = lm.PrefillFLOPs(o.p) / 1e9
 	res.PrefillGFLOPs = res.PrefillGFLOPToken * res.PrefillTokS
@@ -456,9 +496,18 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 	if r.Batch > 1 {
 		of = fmt.Sprintf(" × %d sequences together (aggregate)", r.Batch)
 	}
-	fmt.Fprintf(w, "prefill   %d tokens%s: %.1f tok/s (median of %d: %s)\n", r.Prompt, of, r.PrefillTokS, r.Reps, runsList(r.PrefillRuns))
-	fmt.Fprintf(w, "compute   prefill %.1f GFLOP/s (%.3f GFLOP a token) / float32 FMA peak %.1f GFLOP/s (register-only FMAs, same threads, same run) = %.2f\n",
-		r.PrefillGFLOPs, r.PrefillGFLOPToken, r.FMAPeakGFLOPs, r.PrefillPeakRatio)
+	fmt.Fprintf(w, "precision %s\n", r.PrecisionRan)
+	pre := ""
+	if r.FastPrefillTokS > 0 {
+		pre = " exact"
+	}
+	fmt.Fprintf(w, "prefill   %d tokens%s%s: %.1f tok/s (median of %d: %s)\n", r.Prompt, of, pre, r.PrefillTokS, r.Reps, runsList(r.PrefillRuns))
+	if r.FastPrefillTokS > 0 {
+		fmt.Fprintf(w, "prefill   %d tokens%s fast: %.1f tok/s (median of %d: %s); fast/exact %.2f× (median of the rounds' ratios)\n",
+			r.Prompt, of, r.FastPrefillTokS, r.Reps, runsList(r.FastPrefillRuns), r.FastRatio)
+	}
+	fmt.Fprintf(w, "compute   prefill%s %.1f GFLOP/s (%.3f GFLOP a token) / float32 FMA peak %.1f GFLOP/s (register-only FMAs, same threads, same run) = %.2f\n",
+		pre, r.PrefillGFLOPs, r.PrefillGFLOPToken, r.FMAPeakGFLOPs, r.PrefillPeakRatio)
 	fmt.Fprintf(w, "decode    %d tokens%s: %.2f tok/s (median of %d: %s), %.2f allocations/token\n", r.Gen, of, r.DecodeTokS, r.Reps, runsList(r.DecodeRuns), r.DecodeAllocs)
 	if r.TP > 1 {
 		fmt.Fprintf(w, "comm      per decode step: %.0f collectives, %.1f KB payload, %.3f ms in them = %.1f %% of decode (median of %d: %s); %.1f µs a collective\n",

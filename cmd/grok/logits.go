@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"github.com/grok-go/grok/kernels"
 	"io"
 	"math"
 	"os"
@@ -53,6 +54,8 @@ func runLogits(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&toks, "tokens", "comma-separated token ids of one sequence (repeat for a batch)")
 	incremental := fs.Bool("incremental", false, "feed the tokens one at a time through the KV cache")
 	out := fs.String("o", "-", "output file (- for stdout)")
+	var precision precisionFlag
+	fs.Var(&precision, "precision", precisionHelp+" (sequences of one token, and --incremental, are decode)")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
@@ -73,6 +76,10 @@ func runLogits(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	m.LanguageModel.Precision = precision.p
+	if precision.p == kernels.Fast {
+		fmt.Fprintln(stderr, "grok logits: precision", precisionNote(precision.p, m.LanguageModel))
+	}
 	logits, err := evalLogits(m.LanguageModel, seqs, *incremental)
 	if err != nil {
 		return err

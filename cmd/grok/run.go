@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/grok-go/grok/kernels"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -42,6 +43,7 @@ type genFlags struct {
 	threads                     *int
 	kv                          *kvFlags
 	ignoreEOS, truncate         *bool
+	precision                   precisionFlag
 }
 
 func addGenFlags(fs *flag.FlagSet) *genFlags {
@@ -62,6 +64,7 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 		truncate:    fs.Bool("truncate", false, "drop the start of a prompt that leaves no room in the context for -n new tokens (a warning says how many tokens went) instead of failing"),
 	}
 	fs.Var(&g.stop, "stop", "stop string (repeatable)")
+	fs.Var(&g.precision, "precision", precisionHelp)
 	fs.IntVar(g.n, "n-predict", 128, "same as -n")
 	fs.IntVar(g.ctx, "ctx-size", 0, "same as -c")
 	g.kv = addKVFlags(fs)
@@ -86,7 +89,7 @@ func (g *genFlags) params() (p sampler.Params, random bool) {
 // engineOptions are the runner options of run and chat: one slot, -c and
 // the KV memory's flags.
 func (g *genFlags) engineOptions(slots int) runner.Options {
-	o := runner.Options{Slots: slots, Context: *g.ctx}
+	o := runner.Options{Slots: slots, Context: *g.ctx, Precision: g.precision.p}
 	g.kv.apply(&o)
 	return o
 }
@@ -282,6 +285,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	req, randomSeed := g.request(ids)
 	if randomSeed && !*quiet {
 		fmt.Fprintf(stderr, "seed: %d\n", req.Sampling.Seed)
+	}
+	if g.precision.p == kernels.Fast && !*quiet {
+		fmt.Fprintf(stderr, "precision: %s\n", precisionNote(g.precision.p, m.LanguageModel))
 	}
 	if *g.n == 0 {
 		// llama.cpp's -n 0: nothing is generated.

@@ -49,6 +49,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "limit on one request, queueing included (0 = none)")
 	grace := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
 	threads := fs.Int("t", 0, "threads (0 = all cores)")
+	var precision precisionFlag
+	fs.Var(&precision, "precision", precisionHelp)
 	alias := fs.String("alias", "", "model id to serve under (default: the model file's base name)")
 	maxBody := fs.Int64("max-body", 1<<20, "largest request body in bytes (413 beyond)")
 	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "time a client may take to send its request body (408 beyond)")
@@ -138,7 +140,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return server.Model{}, err
 		}
-		eo := runner.Options{Slots: *parallel, Context: *ctxLen, MaxQueue: *queue}
+		eo := runner.Options{Slots: *parallel, Context: *ctxLen, MaxQueue: *queue, Precision: precision.p}
 		kv.apply(&eo)
 		eng, err := newEngine(m, eo, "--ctx (or fewer --parallel slots)", func(msg string) { log.Warn(msg) })
 		if err != nil {

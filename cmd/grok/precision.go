@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/grok-go/grok/kernels"
+	"github.com/grok-go/grok/model"
+)
+
+// precisionFlag is --precision exact|fast: the arithmetic of prefill's
+// weight products (model.LanguageModel.Precision). Decode is always exact.
+type precisionFlag struct{ p kernels.Precision }
+
+const precisionHelp = "prefill arithmetic: exact (float32 activations) or fast (activations in int8, VNNI, for Q8_0 and [out, in] int8 weights; other types exact); decode is always exact"
+
+func (f *precisionFlag) String() string { return f.p.String() }
+
+func (f *precisionFlag) Set(s string) error {
+	p, ok := kernels.ParsePrecision(s)
+	if !ok {
+		return fmt.Errorf("want exact or fast, not %q", s)
+	}
+	f.p = p
+	return nil
+}
+
+// precisionNote says what a prefill at p runs on lm's weights: "exact", or
+// "fast" with the weight types that multiply in int8 on this machine and
+// those that stay exact.
+func precisionNote(p kernels.Precision, lm *model.LanguageModel) string {
+	if p != kernels.Fast {
+		return "exact"
+	}
+	fast, exact := map[string]bool{}, map[string]bool{}
+	add := func(m *kernels.Mat) {
+		if kernels.FastTypes(m.Type) && !m.Transposed {
+			fast[m.Type.String()] = true
+		} else {
+			exact[m.Type.String()] = true
+		}
+	}
+	for _, m := range lm.Mats() {
+		add(m)
+	}
+	list := func(s map[string]bool) string {
+		var l []string
+		for k := range s {
+			l = append(l, k)
+		}
+		sort.Strings(l)
+		if len(l) == 0 {
+			return "none"
+		}
+		return strings.Join(l, ", ")
+	}
+	if len(fast) == 0 {
+		return fmt.Sprintf("fast requested, ran exact (no int8 products for %s on %s kernels)", list(exact), kernels.Variant())
+	}
+	return fmt.Sprintf("fast (int8 products for %s; exact for %s; %s kernels)", list(fast), list(exact), kernels.Variant())
+}
