@@ -37,7 +37,7 @@ func init() {
 		levels = append(levels, s)
 		if x.HasAVX512VNNI {
 			v := *s
-			v.name, v.int8, v.fast = "AVX512VNNI", &intVNNI, &fastVNNI
+			v.name, v.int8, v.fast, v.widen = "AVX512VNNI", &intVNNI, &fastVNNI, &widenVNNI
 			levels = append(levels, &v)
 		}
 	}

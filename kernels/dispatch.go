@@ -56,9 +56,14 @@ type (
 	// addScaledKernel: d[i] += sc[i]·a[i], product and sum each rounded,
 	// over n vectors: (d, sc, a *float32, n int).
 	addScaledKernel uint16
-	// fastKernel is the fast precision's int8 GEMM tile (fastMatMul):
-	// (w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int).
+	// fastKernel is the fast precision's GEMM tile over widened weights
+	// (fastMatMul): (ws *byte, ldw int, ds *float32, ldd int, xa *byte,
+	// ldx int, nb int, out *float32, ldo int).
 	fastKernel uint16
+	// widenKernel widens nb blocks of rows weight rows to int16 and
+	// float32 scales for the fast tile: (dst *byte, ds *float32, w *byte,
+	// ldw int, rows int, nb int).
+	widenKernel uint16
 	// dequantKernel decodes n whole blocks of its type at src into float32
 	// at dst, with tensor.DequantizeRow's bits: (dst *float32, src *byte,
 	// n int).
@@ -158,9 +163,10 @@ type kernelSet struct {
 	// dequant decodes blocks for dequantMatMul; a zero entry (or a nil
 	// table) leaves the type to tensor.DecodeRow.
 	dequant *[numDQ]dequantKernel
-	// fast holds the fast-precision int8 GEMM (fastMatMul); nil leaves
-	// Fast products to the exact path.
-	fast *[numIK]fastFamily
+	// fast and widen are the fast precision's GEMM (fastMatMul); nil
+	// leaves Fast products to the exact path.
+	fast  *fastFamily
+	widen *[numIK]widenKernel
 	// fused multiplies blocks of the dequantisers' types without scratch
 	// for decode (dequantMatMul); a family without kernels (or a nil
 	// table) leaves the type to the two-pass path.

@@ -15,12 +15,12 @@ const (
 	// Exact multiplies float32 activations by the weights as stored
 	// (MatMulRows; see Mat and ExactQuant).
 	Exact Precision = iota
-	// Fast quantises each token's activations to int8 in blocks of 32
-	// (quantizeBlockRef, llama.cpp's quantize_row_q8_0) and multiplies in
-	// integers where the weights are int8 (Q8_0, [out, in] I8) and the CPU
-	// has AVX-512 VNNI; everything else runs as Exact. Each token is
-	// quantised alone and its sums follow a fixed grid, so its bits still
-	// do not depend on its batch.
+	// Fast quantises each token's activations to int16 in blocks of 32
+	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
+	// weights are int8 (Q8_0, [out, in] I8) and the CPU has AVX-512 VNNI;
+	// everything else runs as Exact. Each token is quantised alone and
+	// its sums follow a fixed grid, so its bits still do not depend on its
+	// batch.
 	Fast
 )
 
@@ -89,9 +89,9 @@ func MatMulRowsP(dst, x []float32, n int, m *Mat, lo, hi int, p Precision) {
 const fastLanes = 16
 
 // fastActs holds the activations of a fast product, quantised per token
-// in blocks of 32 (quantizeBlockRef) and interleaved 16 tokens to a vector
-// group: per group and block, 8 × 64 bytes of quants (lane l: 4 quants of
-// token 16g+l), 16 float32 scales dx and 16 int32 corrections -128·Σ q
+// in blocks of 32 to int16 (quantizeBlock16) and interleaved 16 tokens to
+// a vector group: per group and block, 16 × 64 bytes of quants (pair p,
+// lane l: quants 2p and 2p+1 of token 16g+l), then 16 float32 scales
 // (fastBlock bytes). Lanes past the last token are zero.
 type fastActs struct {
 	buf    []byte
@@ -100,9 +100,8 @@ type fastActs struct {
 }
 
 const (
-	fastBlock = 640 // bytes of one block of one group
-	fastDX    = 512
-	fastCR    = 576
+	fastBlock = 1088 // bytes of one block of one group
+	fastDX    = 1024
 )
 
 // stride is the bytes of one group.
@@ -110,9 +109,44 @@ func (a *fastActs) stride() int { return a.nbt * fastBlock }
 
 var fastPool = sync.Pool{New: func() any { return new(fastActs) }}
 
+// quantizeBlock16 quantises 32 activations x to int16 q with one scale d:
+// d = max|x|/32767, q = round(x/d) halfway away from zero, in float32, as
+// quantizeBlockRef does for int8 but with 2^7 times finer steps. Int8
+// activations (llama.cpp's quantize_row_q8_0) move the demo model's
+// logits by up to 1 (top-2 expert routing flips at near ties); 16 bits
+// keep them within 1e-3. Degenerate blocks as in quantizeBlockRef: d below
+// 2^-126 gives d = 0, an infinite max d = +Inf, a NaN d = NaN, all with
+// zero quants.
+func quantizeBlock16(q []int16, x []float32) float32 {
+	q = q[:32]
+	var amax float32
+	nan := false
+	for _, v := range x {
+		if v != v {
+			nan = true
+		}
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	d := amax / 32767
+	clear(q)
+	switch {
+	case nan:
+		return float32(math.NaN())
+	case d < minQ8Scale:
+		return 0
+	case d > math.MaxFloat32:
+		return d
+	}
+	id := 1 / d
+	for j, v := range x {
+		q[j] = int16(min(max(roundHalfAway(v*id), -32767), 32767))
+	}
+	return d
+}
+
 // quantizeFast quantises n tokens of In activations (In a multiple of 32)
 // into a pooled fastActs.
-func quantizeFast(qk quantKernel, x []float32, n, In int) *fastActs {
+func quantizeFast(x []float32, n, In int) *fastActs {
 	a := fastPool.Get().(*fastActs)
 	a.nbt = In / 32
 	a.groups = (n + fastLanes - 1) / fastLanes
@@ -124,37 +158,18 @@ func quantizeFast(qk quantKernel, x []float32, n, In int) *fastActs {
 	if n%fastLanes != 0 {
 		clear(a.buf[(a.groups-1)*a.stride():])
 	}
-	tq := qbufPool.Get().(*qbuf) // one token's blocks
-	defer qbufPool.Put(tq)
-	nb := a.nbt
-	if cap(tq.xq) < nb*32 {
-		tq.xq, tq.dx, tq.cr = make([]byte, nb*32), make([]float32, nb*8), make([]int32, nb*8)
-	}
-	xq, dx, cr := tq.xq[:nb*32], tq.dx[:nb*8], tq.cr[:nb*8]
+	var q [32]int16
 	for t := 0; t < n; t++ {
 		xs := x[t*In : (t+1)*In]
-		if qk != 0 {
-			qk.call(&xs[0], nb, &xq[0], &dx[0], &cr[0])
-		} else {
-			for b := 0; b < nb; b++ {
-				quantizeBlockRef(xq[b*32:], dx[b*8:], cr[b*8:], xs[b*32:(b+1)*32])
-			}
-		}
 		g, l := t/fastLanes, t%fastLanes
 		base := a.buf[g*a.stride():]
-		for b := 0; b < nb; b++ {
+		for b := 0; b < a.nbt; b++ {
+			d := quantizeBlock16(q[:], xs[b*32:(b+1)*32])
 			blk := base[b*fastBlock : (b+1)*fastBlock]
-			q := xq[b*32 : b*32+32]
-			for j := 0; j < 8; j++ {
-				o := 64*j + 4*l
-				blk[o], blk[o+1], blk[o+2], blk[o+3] = q[4*j], q[4*j+1], q[4*j+2], q[4*j+3]
+			for p := 0; p < 16; p++ {
+				putU32(blk[64*p+4*l:], uint32(uint16(q[2*p]))|uint32(uint16(q[2*p+1]))<<16)
 			}
-			var c int32
-			for _, v := range cr[b*8 : b*8+8] {
-				c += v
-			}
-			putF32(blk[fastDX+4*l:], dx[b*8])
-			putU32(blk[fastCR+4*l:], uint32(c))
+			putF32(blk[fastDX+4*l:], d)
 		}
 	}
 	return a
@@ -172,43 +187,39 @@ func getF32(b []byte) float32 {
 	return math.Float32frombits(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
 }
 
-func getI32(b []byte) int32 {
-	b = b[:4]
-	return int32(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
-}
-
-// A fastFamily is the fast kernels of one weight kind: R rows (full) or 1
-// row (one) by 1..V vectors of 16 tokens (index V-1).
+// A fastFamily is the fast product kernels: R rows (full) or 1 row (one)
+// by 1..V vectors of 16 tokens (index V-1).
 type fastFamily struct {
 	R, V      int
 	full, one []fastKernel
 }
 
+// fastRows is the rows of a block of fastMatMul: a 64-byte line of each
+// token's outputs.
+const fastRows = 16
+
 // fastMatMul is MatMulRowsP's fast product. Rows go in blocks of
 // fastRows, each block in tiles of the kernels' R rows (single rows at the
 // end of the range), and each tile span by span (dotSpan elements,
-// restarting at every I8 shard) meets every group of tokens while its
-// weights are in L1, so each weight byte is read from memory once per
-// call. A kernel call adds the span's sums to the block's float32 tiles,
-// which thus receive the spans in order from zero, the same order for
-// every token in any batch; the block is then stored to dst, a cache line
-// of each token's outputs at a time. I8 instead adds each span's tiles to
-// dst times the shard's scale (each product rounded, as the exact path
-// does).
+// restarting at every I8 shard): the tile's weights are widened to int16
+// once (widenKernel, into L1) and meet every group of tokens there, so
+// each weight byte is read from memory once per call. A kernel call adds
+// the span's sums to the block's float32 tiles, which thus receive the
+// spans in order from zero, the same order for every token in any batch;
+// the block is then stored to dst, a cache line of each token's outputs at
+// a time. I8 instead adds each span's tiles to dst times the shard's scale
+// (each product rounded, as the exact path does).
 func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	ik := ikQ8
 	if m.Type == tensor.I8 {
 		ik = ikI8
 	}
 	var fam *fastFamily
+	var widen widenKernel
 	if ks != nil && ks.fast != nil {
-		fam = &ks.fast[ik]
+		fam, widen = ks.fast, ks.widen[ik]
 	}
-	var qk quantKernel
-	if ks != nil {
-		qk = ks.quant
-	}
-	a := quantizeFast(qk, x, n, m.In)
+	a := quantizeFast(x, n, m.In)
 	defer fastPool.Put(a)
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
@@ -225,14 +236,26 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 		R, V = fam.R, fam.V
 	}
 	const gsz = fastRows * fastLanes // a group's tiles: [row][lane]
-	tp := getScratch(a.groups * gsz)
-	defer scratchPool.Put(tp)
-	tiles := *tp
 	nbs, span := seg/32, dotSpan/32
-	// tile runs the kernel (or its twin) over rows [r0, r0+rows) of the
-	// block starting at p0, for blocks [kb, kb+nb) of every group.
+	tp := getScratch(a.groups*gsz + R*span)
+	defer scratchPool.Put(tp)
+	tiles, ds := (*tp)[:a.groups*gsz], (*tp)[a.groups*gsz:]
+	wp := bytePool.Get().(*[]byte)
+	defer bytePool.Put(wp)
+	if cap(*wp) < R*span*64 {
+		*wp = make([]byte, R*span*64)
+	}
+	ws := (*wp)[:R*span*64]
+	// tile widens rows [r0, r0+rows) of the block starting at p0, blocks
+	// [kb, kb+nb), and runs the kernel (or its twin) over every group.
 	tile := func(p0, r0, rows, kb, nb int) {
-		wo := r0*rb + kb*bpb
+		w := m.Data[r0*rb+kb*bpb:]
+		if fam != nil {
+			_ = w[(rows-1)*rb+nb*bpb-1] // the kernel reads these bytes
+			widen.call(&ws[0], &ds[0], &w[0], rb, rows, nb)
+		} else {
+			widenRef(ws, ds, w, rb, m.Type, rows, nb)
+		}
 		for g := 0; g < a.groups; g += V {
 			v := min(V, a.groups-g)
 			xo := g*a.stride() + kb*fastBlock
@@ -242,9 +265,9 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 				if rows < R {
 					kern = fam.one
 				}
-				kern[v-1].call(&m.Data[wo], rb, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
+				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
 			} else {
-				fastTileRef(out, gsz, m.Data[wo:], rb, m.Type, a.buf[xo:], a.stride(), nb, rows, v)
+				fastTileRef(out, gsz, ws, ds, nb, a.buf[xo:], a.stride(), rows, v)
 			}
 		}
 	}
@@ -283,10 +306,6 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	}
 }
 
-// fastRows is the rows of a block of fastMatMul: a 64-byte line of each
-// token's outputs.
-const fastRows = 16
-
 // fastScatter moves the tiles of rows [p0, p1) to dst: stored, or with
 // scales added to dst times the row's scale. Tiles are laid out
 // [group][row][lane], fastRows rows a group.
@@ -307,35 +326,55 @@ func fastScatter(dst, tiles []float32, n, Out, p0, p1 int, sc []float32) {
 	}
 }
 
-// fastTileRef is the fast kernels' arithmetic in Go, the reference they
-// are tested to equal bit for bit: for rows weight rows and v vectors of
-// tokens, lane by lane, each block's exact integer Σ w·q converted to
-// float32 and added with one rounding (fma32) times dx (I8) or times
-// dw·dx rounded (Q8_0), from zero over nb blocks; the sum is then added
-// to tile[j·ldo + 16r + l] (ldo in floats).
-func fastTileRef(tile []float32, ldo int, w []byte, ldw int, t tensor.DType, xa []byte, ldx, nb, rows, v int) {
+// widenRef is widenKernel in Go: nb blocks of each of rows weight rows of
+// type t (Q8_0 or I8; stride ldw bytes) as int16 at ws (row r, block b at
+// (r·nb+b)·64 bytes) and their scales at ds[r·nb+b] (Q8_0: the block's
+// fp16 d; I8: 1).
+func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
 	bpb, qoff := 32, 0
 	if t == tensor.Q8_0 {
 		bpb, qoff = tensor.Q8BlockBytes, 2
 	}
 	for r := 0; r < rows; r++ {
+		for b := 0; b < nb; b++ {
+			blk := w[r*ldw+b*bpb:]
+			o := (r*nb + b) * 64
+			for j := 0; j < 32; j++ {
+				v := uint16(int16(int8(blk[qoff+j])))
+				ws[o+2*j], ws[o+2*j+1] = byte(v), byte(v>>8)
+			}
+			ds[r*nb+b] = 1
+			if t == tensor.Q8_0 {
+				ds[r*nb+b] = tensor.HalfToFloat(uint16(blk[0]) | uint16(blk[1])<<8)
+			}
+		}
+	}
+}
+
+// fastTileRef is the fast kernels' arithmetic in Go, the reference they
+// are tested to equal bit for bit: for rows rows of widened weights (ws,
+// ds as widenRef leaves them, nb blocks a row) and v vectors of tokens,
+// lane by lane, each block's exact integer Σ w·q converted to float32 and
+// added with one rounding (fma32) times ds·dx rounded, from zero over the
+// nb blocks; the sum is then added to tile[j·ldo + 16r + l] (ldo in
+// floats).
+func fastTileRef(tile []float32, ldo int, ws []byte, ds []float32, nb int, xa []byte, ldx, rows, v int) {
+	for r := 0; r < rows; r++ {
 		for j := 0; j < v; j++ {
 			for l := 0; l < fastLanes; l++ {
 				var acc float32
 				for b := 0; b < nb; b++ {
-					wb := w[r*ldw+b*bpb:]
+					wb := ws[(r*nb+b)*64:]
 					xb := xa[j*ldx+b*fastBlock:]
 					var s int32
 					for k := 0; k < 32; k++ {
-						s += int32(int8(wb[qoff+k])) * int32(int8(xb[64*(k/4)+4*l+k%4]))
+						o := 64*(k/2) + 4*l + 2*(k%2)
+						w := int16(uint16(wb[2*k]) | uint16(wb[2*k+1])<<8)
+						x := int16(uint16(xb[o]) | uint16(xb[o+1])<<8)
+						s += int32(w) * int32(x)
 					}
-					f := float32(s)
-					dx := getF32(xb[fastDX+4*l:])
-					c := dx
-					if t == tensor.Q8_0 {
-						c = float32(tensor.HalfToFloat(uint16(wb[0])|uint16(wb[1])<<8) * dx)
-					}
-					acc = fma32(f, c, acc)
+					c := float32(ds[r*nb+b] * getF32(xb[fastDX+4*l:]))
+					acc = fma32(float32(s), c, acc)
 				}
 				tile[j*ldo+r*fastLanes+l] += acc
 			}

@@ -37,6 +37,10 @@ func (addScaledKernel) call(d, sc, a *float32, n int) { panic(noKernels) }
 
 func (dequantKernel) call(dst *float32, src *byte, n int) { panic(noKernels) }
 
-func (fastKernel) call(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+	panic(noKernels)
+}
+
+func (widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int) {
 	panic(noKernels)
 }

@@ -2003,42 +2003,32 @@ func intI8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx i
 //go:noescape
 func intI8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fastQ8_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 Q8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fast16_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastQ8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
+func fast16_4x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastQ8_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 Q8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fast16_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastQ8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
+func fast16_1x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastQ8_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 Q8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fast16_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastQ8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
+func fast16_4x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastQ8_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dw[r][b]·dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 Q8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fast16_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
-func fastQ8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
+func fast16_1x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fastI8_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 I8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// widenQ8_VNNI widens nb blocks of each of rows Q8 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
 //
 //go:noescape
-func fastI8_4x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
+func widenQ8_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
-// fastI8_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 I8 weight rows (stride ldw bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// widenI8_VNNI widens nb blocks of each of rows I8 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
 //
 //go:noescape
-func fastI8_1x1_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
-
-// fastI8_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 4 I8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
-//
-//go:noescape
-func fastI8_4x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
-
-// fastI8_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of dx[v][l][b]·Σ_j W[r][b][j]·xq[v][l][b][j] for 1 I8 weight rows (stride ldw bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
-//
-//go:noescape
-func fastI8_1x2_VNNI(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)
+func widenI8_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)

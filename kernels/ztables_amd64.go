@@ -81,34 +81,38 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 }
 
 const (
-	k_fastQ8_4x1_VNNI fastKernel = iota + 1
-	k_fastQ8_1x1_VNNI
-	k_fastQ8_4x2_VNNI
-	k_fastQ8_1x2_VNNI
-	k_fastI8_4x1_VNNI
-	k_fastI8_1x1_VNNI
-	k_fastI8_4x2_VNNI
-	k_fastI8_1x2_VNNI
+	k_fast16_4x1_VNNI fastKernel = iota + 1
+	k_fast16_1x1_VNNI
+	k_fast16_4x2_VNNI
+	k_fast16_1x2_VNNI
 )
 
-func (k fastKernel) call(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (k fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
 	switch k {
-	case k_fastQ8_4x1_VNNI:
-		fastQ8_4x1_VNNI(w, ldw, xa, ldx, nb, out, ldo)
-	case k_fastQ8_1x1_VNNI:
-		fastQ8_1x1_VNNI(w, ldw, xa, ldx, nb, out, ldo)
-	case k_fastQ8_4x2_VNNI:
-		fastQ8_4x2_VNNI(w, ldw, xa, ldx, nb, out, ldo)
-	case k_fastQ8_1x2_VNNI:
-		fastQ8_1x2_VNNI(w, ldw, xa, ldx, nb, out, ldo)
-	case k_fastI8_4x1_VNNI:
-		fastI8_4x1_VNNI(w, ldw, xa, ldx, nb, out, ldo)
-	case k_fastI8_1x1_VNNI:
-		fastI8_1x1_VNNI(w, ldw, xa, ldx, nb, out, ldo)
-	case k_fastI8_4x2_VNNI:
-		fastI8_4x2_VNNI(w, ldw, xa, ldx, nb, out, ldo)
-	case k_fastI8_1x2_VNNI:
-		fastI8_1x2_VNNI(w, ldw, xa, ldx, nb, out, ldo)
+	case k_fast16_4x1_VNNI:
+		fast16_4x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16_1x1_VNNI:
+		fast16_1x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16_4x2_VNNI:
+		fast16_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16_1x2_VNNI:
+		fast16_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
+	k_widenQ8_VNNI widenKernel = iota + 1
+	k_widenI8_VNNI
+)
+
+func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int) {
+	switch k {
+	case k_widenQ8_VNNI:
+		widenQ8_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenI8_VNNI:
+		widenI8_VNNI(dst, ds, w, ldw, rows, nb)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -1469,7 +1473,6 @@ var intAVXVNNI = [...]intFamily{
 	ikI8: {R: 2, T: 3, B: 1, full: []intKernel{k_intI8_2x1_AVXVNNI, k_intI8_2x2_AVXVNNI, k_intI8_2x3_AVXVNNI}, one: []intKernel{k_intI8_1x1_AVXVNNI, k_intI8_1x2_AVXVNNI, k_intI8_1x3_AVXVNNI}},
 }
 
-var fastVNNI = [...]fastFamily{
-	ikQ8: {R: 4, V: 2, full: []fastKernel{k_fastQ8_4x1_VNNI, k_fastQ8_4x2_VNNI}, one: []fastKernel{k_fastQ8_1x1_VNNI, k_fastQ8_1x2_VNNI}},
-	ikI8: {R: 4, V: 2, full: []fastKernel{k_fastI8_4x1_VNNI, k_fastI8_4x2_VNNI}, one: []fastKernel{k_fastI8_1x1_VNNI, k_fastI8_1x2_VNNI}},
-}
+var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}}
+
+var widenVNNI = [...]widenKernel{ikQ8: k_widenQ8_VNNI, ikI8: k_widenI8_VNNI}

@@ -9,45 +9,49 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// The fast-precision GEMM kernels (kernels/fast.go) multiply int8 weights
-// in their file layout (Q8_0 blocks, or [out, in] int8 rows) by activations
-// quantised per token in blocks of 32 and interleaved across tokens: the 32
-// lanes of a vector are 16 tokens, each lane holding 4 consecutive quants
-// of its token. Per group of 4 inputs, 4 weight bytes of a row are
-// broadcast to every lane (w+128 by VPXORD with a broadcast memory operand,
-// unsigned) and one VPDPBUSD adds the 4 products of all 16 tokens at once,
-// so the weights need no repacking and no horizontal sums: a row's lane t
-// ends a block holding token t's exact Σ w·x, which is converted to float32
-// once per block and accumulated, times the block's scales, lane-wise.
-// Every lane runs the same instruction sequence whatever the tile, so a
-// token's bits do not depend on which tokens share its vector.
+// The fast-precision GEMM (kernels/fast.go) multiplies weights widened to
+// int16 by activations quantised per token to int16 in blocks of 32, with
+// VPDPWSSD, tokens across the lanes:
 //
-// Activation block (640 bytes, per vector of 16 tokens): 8 groups × 64
-// bytes of quants, then 16 float32 scales dx, then 16 int32 corrections
-// -128·Σ quants (which turn Σ (w+128)·x into Σ w·x exactly).
+//   - a widening kernel turns a tile of weight rows, one span of blocks,
+//     into int16 (row r, block b at (r·nb+b)·64 bytes) and float32 block
+//     scales (row r, block b at (r·nb+b)·4), once per call, in L1;
+//   - the product kernel then, for every vector of 16 tokens (each lane
+//     holding 2 consecutive int16 activations of its token), broadcasts a
+//     pair of a row's widened weights to every lane and adds the pair's
+//     products of all 16 tokens with one VPDPWSSD. A row's lanes end a
+//     block holding each token's exact Σ w·q, which is converted to
+//     float32 once per block and accumulated times dw·dx, lane-wise.
+//
+// The product kernel is the same for every weight type; only the widening
+// knows the type. Every lane runs the same instruction sequence whatever
+// the tile, so a token's bits do not depend on which tokens share its
+// vector. Activation block (per vector of 16 tokens): 16 pairs × 64 bytes,
+// then 16 float32 scales dx.
 const (
-	fastBlock = 640
-	fastDX    = 512
-	fastCR    = 576
+	fastBlock = 1088
+	fastDX    = 1024
 )
 
-var fastGroup = newGroup("fastKernel", "w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int", "w, ldw, xa, ldx, nb, out, ldo")
+var (
+	fastGroup  = newGroup("fastKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
+	widenGroup = newGroup("widenKernel", "dst *byte, ds *float32, w *byte, ldw int, rows int, nb int", "dst, ds, w, ldw, rows, nb")
+)
 
 // fastShape is the register tile: R rows × V vectors of 16 tokens
 // (R·V int32 and R·V float32 accumulators, V activation vectors).
-func fastShape(k ikind) (R, V int) { return 4, 2 }
+func fastShape() (R, V int) { return 4, 2 }
 
-func fastName(k ikind, R, V int) string {
-	return fmt.Sprintf("fast%s_%dx%d_VNNI", k, R, V)
-}
+func fastName(R, V int) string { return fmt.Sprintf("fast16_%dx%d_VNNI", R, V) }
 
-func genFast(k ikind, R, V int) {
-	name := fastName(k, R, V)
-	TEXT(name, NOSPLIT, "func(w *byte, ldw int, xa *byte, ldx int, nb int, out *float32, ldo int)")
+func genFast(R, V int) {
+	name := fastName(R, V)
+	TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks of %s·Σ_j W[r][b][j]·xq[v][l][b][j] for %d %s weight rows (stride ldw bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
-		name, map[ikind]string{iQ8: "dw[r][b]·dx[v][l][b]", iI8: "dx[v][l][b]"}[k], R, k, V))
-	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), R)
+	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
+		name, R, V))
+	ws := newStrided(Load(Param("ws"), GP64()), Load(Param("ldw"), GP64()), R)
+	ds := newStrided(Load(Param("ds"), GP64()), Load(Param("ldd"), GP64()), R)
 	xa := Load(Param("xa"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	nb := Load(Param("nb"), GP64())
@@ -67,54 +71,42 @@ func genFast(k ikind, R, V int) {
 			VXORPS(out[r][v], out[r][v], out[r][v])
 		}
 	}
-	k80 := avx512.bcast32(0x80808080) // the sign bit of every byte
-	qoff, wstep := 0, 32
-	if k == iQ8 {
-		qoff, wstep = 2, 34
-	}
 	Label("loop")
 	acc := make([][]VecVirtual, R)
 	for r := range acc {
 		acc[r] = make([]VecVirtual, V)
 		for v := range acc[r] {
 			acc[r][v] = ZMM()
-			VMOVDQU32(xat(v, fastCR), acc[r][v])
+			VXORPS(acc[r][v], acc[r][v], acc[r][v])
 		}
 	}
-	for g := 0; g < 8; g++ {
+	for p := 0; p < 16; p++ {
 		xv := make([]VecVirtual, V)
 		for v := range xv {
 			xv[v] = ZMM()
-			VMOVDQU32(xat(v, 64*g), xv[v])
+			VMOVDQU32(xat(v, 64*p), xv[v])
 		}
 		for r := 0; r < R; r++ {
-			wv := ZMM()
-			VPXORD_BCST(w.at(r, qoff+4*g), k80, wv) // 4 weights, +128: unsigned, in every lane
 			for v := 0; v < V; v++ {
-				VPDPBUSD(xv[v], wv, acc[r][v]) // exact Σ x·w per token lane
+				VPDPWSSD_BCST(ws.at(r, 4*p), xv[v], acc[r][v]) // exact Σ w·q per token lane
 			}
 		}
+	}
+	dx := make([]VecVirtual, V)
+	for v := range dx {
+		dx[v] = ZMM()
+		VMOVUPS(xat(v, fastDX), dx[v])
 	}
 	for r := 0; r < R; r++ {
-		var dw VecVirtual
-		if k == iQ8 {
-			h := YMM()
-			VPBROADCASTW(w.at(r, 0), h)
-			dw = ZMM()
-			VCVTPH2PS(h, dw)
-		}
 		for v := 0; v < V; v++ {
 			VCVTDQ2PS(acc[r][v], acc[r][v])
-			if k == iQ8 {
-				c := ZMM()
-				VMULPS(xat(v, fastDX), dw, c) // dw·dx, rounded
-				VFMADD231PS(c, acc[r][v], out[r][v])
-			} else {
-				VFMADD231PS(xat(v, fastDX), acc[r][v], out[r][v])
-			}
+			c := ZMM()
+			VMULPS_BCST(ds.at(r, 0), dx[v], c) // dw·dx, rounded
+			VFMADD231PS(c, acc[r][v], out[r][v])
 		}
 	}
-	w.advance(wstep)
+	ws.advance(64)
+	ds.advance(4)
 	ADDQ(U32(fastBlock), xa)
 	DECQ(nb)
 	JNZ(LabelRef("loop"))
@@ -132,20 +124,79 @@ func genFast(k ikind, R, V int) {
 	RET()
 }
 
-// genFastTable generates the fast kernels and their table fastVNNI.
-func genFastTable(tb *strings.Builder) {
-	fmt.Fprintf(tb, "\nvar fastVNNI = [...]fastFamily{\n")
-	for k := iQ8; k <= iI8; k++ {
-		R, V := fastShape(k)
-		var full, one []string
-		for v := 1; v <= V; v++ {
-			genFast(k, R, v)
-			genFast(k, 1, v)
-			full = append(full, fastGroup.add(fastName(k, R, v)))
-			one = append(one, fastGroup.add(fastName(k, 1, v)))
-		}
-		fmt.Fprintf(tb, "\tik%s: {R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}},\n",
-			k, R, V, strings.Join(full, ", "), strings.Join(one, ", "))
+// genWiden emits the widening of k's blocks: per row, nb blocks of 32
+// int8 quants sign-extended to int16 and the block's scale (Q8_0: its fp16
+// d; I8: 1).
+func genWiden(k ikind) string {
+	name := fmt.Sprintf("widen%s_VNNI", k)
+	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s widens nb blocks of each of rows %s weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).", name, k))
+	dst := Load(Param("dst"), GP64())
+	ds := Load(Param("ds"), GP64())
+	w := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	rows := Load(Param("rows"), GP64())
+	nb := Load(Param("nb"), GP64())
+	var one VecVirtual
+	if k == iI8 {
+		one = XMM()
+		g := GP32()
+		MOVL(U32(0x3f800000), g)
+		VMOVD(g, one)
 	}
-	fmt.Fprintf(tb, "}\n")
+	qoff, step := 2, 34
+	if k == iI8 {
+		qoff, step = 0, 32
+	}
+	Label("row")
+	p := GP64()
+	MOVQ(w, p)
+	j := GP64()
+	MOVQ(nb, j)
+	Label("blk")
+	z := ZMM()
+	VPMOVSXBW(Mem{Base: p, Disp: qoff}, z)
+	VMOVDQU32(z, Mem{Base: dst})
+	if k == iQ8 {
+		h, f := XMM(), XMM()
+		g := GP32()
+		MOVWLZX(Mem{Base: p}, g)
+		VMOVD(g, h)
+		VCVTPH2PS(h, f)
+		VMOVSS(f, Mem{Base: ds})
+	} else {
+		VMOVSS(one, Mem{Base: ds})
+	}
+	ADDQ(U32(step), p)
+	ADDQ(U32(64), dst)
+	ADDQ(U32(4), ds)
+	DECQ(j)
+	JNZ(LabelRef("blk"))
+	ADDQ(ldw, w)
+	DECQ(rows)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+	return name
+}
+
+// genFastTable generates the fast kernels and their tables fastVNNI and
+// widenVNNI.
+func genFastTable(tb *strings.Builder) {
+	R, V := fastShape()
+	var full, one []string
+	for v := 1; v <= V; v++ {
+		genFast(R, v)
+		genFast(1, v)
+		full = append(full, fastGroup.add(fastName(R, v)))
+		one = append(one, fastGroup.add(fastName(1, v)))
+	}
+	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}}\n",
+		R, V, strings.Join(full, ", "), strings.Join(one, ", "))
+	var widen []string
+	for k := iQ8; k <= iI8; k++ {
+		widen = append(widen, fmt.Sprintf("ik%s: %s", k, widenGroup.add(genWiden(k))))
+	}
+	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
 }
