@@ -82,7 +82,64 @@ func MatMulRowsP(dst, x []float32, n int, m *Mat, lo, hi int, p Precision) {
 	if lo < 0 || hi > m.Out || len(x) < n*m.In || len(dst) < n*m.Out {
 		panic(fmt.Sprintf("kernels: MatMulRowsP(%d×%d, n=%d, [%d,%d)) with len(x)=%d, len(dst)=%d", m.Out, m.In, n, lo, hi, len(x), len(dst)))
 	}
-	active.fastMatMul(dst, x, n, m, lo, hi)
+	var q FastActs
+	q.Prepare(n, m.In)
+	q.QuantizeRows(x, 0, n)
+	active.fastMatMul(dst, q.a, 0, n, m, lo, hi)
+	q.Release()
+}
+
+// FastActs holds activations quantised for Fast products, so that the
+// products sharing an input, and every range of outputs of each, quantise
+// it once: Prepare sizes it for n tokens of In, QuantizeRows fills tokens
+// (disjoint ranges may run concurrently), and MatMulRowsFast multiplies.
+// Its buffer comes from a pool; Release returns it.
+type FastActs struct {
+	a     *fastActs
+	n, In int
+}
+
+// Prepare sizes q for n tokens of In activations (In a multiple of 32),
+// every token zero until quantised.
+func (q *FastActs) Prepare(n, In int) {
+	if q.a == nil {
+		q.a = fastPool.Get().(*fastActs)
+	}
+	q.n, q.In = n, In
+	q.a.prepare(n, In)
+}
+
+// QuantizeRows quantises tokens [t0, t1) of x (n×In, as Prepare was told).
+func (q *FastActs) QuantizeRows(x []float32, t0, t1 int) {
+	q.a.quantize(x[:q.n*q.In], q.In, t0, t1)
+}
+
+// Release returns q's buffer to its pool.
+func (q *FastActs) Release() {
+	if q.a != nil {
+		fastPool.Put(q.a)
+		q.a = nil
+	}
+}
+
+// UsesFast reports whether MatMulRowsFast can multiply by m on this
+// machine (else a Fast product of m is MatMulRows').
+func UsesFast(m *Mat) bool {
+	return fastFor(m) && active != nil && active.fast != nil
+}
+
+// MatMulRowsFast computes output columns [lo, hi) of tokens [t0, t1) of
+// a Fast product from q's quantised tokens (dst is n×Out, q as Prepare
+// made it for n tokens of m.In); UsesFast(m) must hold. A token's outputs
+// have MatMulRowsP's bits, whatever its range.
+func MatMulRowsFast(dst []float32, q *FastActs, t0, t1 int, m *Mat, lo, hi int) {
+	if !UsesFast(m) || q.a == nil || q.In != m.In || t0 < 0 || t1 > q.n || lo < 0 || hi > m.Out || len(dst) < q.n*m.Out {
+		panic(fmt.Sprintf("kernels: MatMulRowsFast(%v %d×%d, tokens [%d,%d) of %d×%d, rows [%d,%d)) with len(dst)=%d", m.Type, m.Out, m.In, t0, t1, q.n, q.In, lo, hi, len(dst)))
+	}
+	if t0 >= t1 || lo >= hi {
+		return
+	}
+	active.fastMatMul(dst, q.a, t0, t1, m, lo, hi)
 }
 
 // fastLanes is the tokens of one activation vector.
@@ -144,10 +201,8 @@ func quantizeBlock16(q []int16, x []float32) float32 {
 	return d
 }
 
-// quantizeFast quantises n tokens of In activations (In a multiple of 32)
-// into a pooled fastActs.
-func quantizeFast(x []float32, n, In int) *fastActs {
-	a := fastPool.Get().(*fastActs)
+// prepare sizes a for n tokens of In activations, all zero.
+func (a *fastActs) prepare(n, In int) {
 	a.nbt = In / 32
 	a.groups = (n + fastLanes - 1) / fastLanes
 	size := a.groups * a.stride()
@@ -155,11 +210,14 @@ func quantizeFast(x []float32, n, In int) *fastActs {
 		a.buf = make([]byte, size)
 	}
 	a.buf = a.buf[:size]
-	if n%fastLanes != 0 {
-		clear(a.buf[(a.groups-1)*a.stride():])
-	}
+	clear(a.buf)
+}
+
+// quantize quantises tokens [t0, t1) of x (In activations a token) into
+// their lanes.
+func (a *fastActs) quantize(x []float32, In, t0, t1 int) {
 	var q [32]int16
-	for t := 0; t < n; t++ {
+	for t := t0; t < t1; t++ {
 		xs := x[t*In : (t+1)*In]
 		g, l := t/fastLanes, t%fastLanes
 		base := a.buf[g*a.stride():]
@@ -172,7 +230,6 @@ func quantizeFast(x []float32, n, In int) *fastActs {
 			putF32(blk[fastDX+4*l:], d)
 		}
 	}
-	return a
 }
 
 func putF32(b []byte, v float32) { putU32(b, math.Float32bits(v)) }
@@ -209,7 +266,7 @@ const fastRows = 16
 // the block is then stored to dst, a cache line of each token's outputs at
 // a time. I8 instead adds each span's tiles to dst times the shard's scale
 // (each product rounded, as the exact path does).
-func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
+func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, lo, hi int) {
 	ik := ikQ8
 	if m.Type == tensor.I8 {
 		ik = ikI8
@@ -219,27 +276,26 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	if ks != nil && ks.fast != nil {
 		fam, widen = ks.fast, ks.widen[ik]
 	}
-	a := quantizeFast(x, n, m.In)
-	defer fastPool.Put(a)
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
 	scaled := m.Type == tensor.I8
 	shards, seg, bpb := 1, In, tensor.Q8BlockBytes
 	if scaled {
 		shards, seg, bpb = m.Shards, In/m.Shards, 32
-		for t := 0; t < n; t++ {
+		for t := t0; t < t1; t++ {
 			clear(dst[t*Out+lo : t*Out+hi])
 		}
 	}
+	g0, g1 := t0/fastLanes, (t1+fastLanes-1)/fastLanes // the groups of the tokens
 	R, V := 4, 2
 	if fam != nil {
 		R, V = fam.R, fam.V
 	}
 	const gsz = fastRows * fastLanes // a group's tiles: [row][lane]
 	nbs, span := seg/32, dotSpan/32
-	tp := getScratch(a.groups*gsz + R*span)
+	tp := getScratch((g1-g0)*gsz + R*span)
 	defer scratchPool.Put(tp)
-	tiles, ds := (*tp)[:a.groups*gsz], (*tp)[a.groups*gsz:]
+	tiles, ds := (*tp)[:(g1-g0)*gsz], (*tp)[(g1-g0)*gsz:]
 	wp := bytePool.Get().(*[]byte)
 	defer bytePool.Put(wp)
 	if cap(*wp) < R*span*64 {
@@ -256,10 +312,10 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 		} else {
 			widenRef(ws, ds, w, rb, m.Type, rows, nb)
 		}
-		for g := 0; g < a.groups; g += V {
-			v := min(V, a.groups-g)
+		for g := g0; g < g1; g += V {
+			v := min(V, g1-g)
 			xo := g*a.stride() + kb*fastBlock
-			out := tiles[g*gsz+(r0-p0)*fastLanes:]
+			out := tiles[(g-g0)*gsz+(r0-p0)*fastLanes:]
 			if fam != nil {
 				kern := fam.full
 				if rows < R {
@@ -291,7 +347,7 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 					tile(p0, r0, rows, b0, min(span, nbs-b0))
 				}
 			})
-			fastScatter(dst, tiles, n, Out, p0, p1, nil)
+			fastScatter(dst, tiles, t0, t1, Out, p0, p1, nil)
 			continue
 		}
 		for s := 0; s < shards; s++ {
@@ -299,19 +355,20 @@ func (ks *kernelSet) fastMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 				each(p0, p1, func(r0, rows int) {
 					tile(p0, r0, rows, s*nbs+b0, min(span, nbs-b0))
 				})
-				fastScatter(dst, tiles, n, Out, p0, p1, m.Scales[s*Out:(s+1)*Out])
+				fastScatter(dst, tiles, t0, t1, Out, p0, p1, m.Scales[s*Out:(s+1)*Out])
 				clear(tiles)
 			}
 		}
 	}
 }
 
-// fastScatter moves the tiles of rows [p0, p1) to dst: stored, or with
-// scales added to dst times the row's scale. Tiles are laid out
-// [group][row][lane], fastRows rows a group.
-func fastScatter(dst, tiles []float32, n, Out, p0, p1 int, sc []float32) {
-	for t := 0; t < n; t++ {
-		src := tiles[(t/fastLanes)*fastRows*fastLanes+t%fastLanes:]
+// fastScatter moves the tiles of rows [p0, p1) of tokens [t0, t1) to
+// dst: stored, or with scales added to dst times the row's scale. Tiles
+// are laid out [group][row][lane], fastRows rows a group, from t0's group.
+func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
+	g0 := t0 / fastLanes
+	for t := t0; t < t1; t++ {
+		src := tiles[(t/fastLanes-g0)*fastRows*fastLanes+t%fastLanes:]
 		d := dst[t*Out+p0 : t*Out+p1]
 		if sc != nil {
 			s := sc[p0:p1]
@@ -386,7 +443,11 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds []float32, nb int, xa []
 // kernels), for tests.
 func matMulFastRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 	var ks *kernelSet
-	ks.fastMatMul(dst, x, n, m, lo, hi)
+	var q FastActs
+	q.Prepare(n, m.In)
+	q.QuantizeRows(x, 0, n)
+	ks.fastMatMul(dst, q.a, 0, n, m, lo, hi)
+	q.Release()
 }
 
 // fma32 returns a·b+c rounded once to float32, as VFMADD231PS does. The

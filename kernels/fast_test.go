@@ -94,6 +94,19 @@ func TestFastKernelsEqualReference(t *testing.T) {
 				MatMulRowsP(got, x, n, m, 0, mid, Fast)
 				MatMulRowsP(got, x, n, m, mid, m.Out, Fast)
 				checkSameBits(t, got, want)
+				// Quantised once, multiplied by ranges of tokens and rows.
+				clear(got)
+				var q FastActs
+				q.Prepare(n, m.In)
+				tm := rng.IntN(n + 1)
+				q.QuantizeRows(x, tm, n)
+				q.QuantizeRows(x, 0, tm)
+				for _, tr := range [][2]int{{0, tm}, {tm, n}} {
+					MatMulRowsFast(got, &q, tr[0], tr[1], m, 0, mid)
+					MatMulRowsFast(got, &q, tr[0], tr[1], m, mid, m.Out)
+				}
+				q.Release()
+				checkSameBits(t, got, want)
 			})
 		}
 	}

@@ -25,13 +25,14 @@ type ffnTask struct {
 	gate, up *kernels.Mat
 	x        []float32
 	n        int
-	fast     []bool    // per row: fast precision (nil: all exact)
+	fast     []bool // per row: fast precision (nil: all exact)
+	q        *kernels.FastActs
 	h1, h2   []float32 // n×F
 }
 
 func (t *ffnTask) Run(_, lo, hi int) {
-	mulRows(t.h1, t.x, t.n, t.gate, lo, hi, t.fast)
-	mulRows(t.h2, t.x, t.n, t.up, lo, hi, t.fast)
+	mulRows(t.h1, t.x, t.n, t.gate, lo, hi, t.fast, t.q)
+	mulRows(t.h2, t.x, t.n, t.up, lo, hi, t.fast, t.q)
 	F := t.gate.Out
 	for i := 0; i < t.n; i++ {
 		h := t.h1[i*F+lo : i*F+hi]
@@ -44,6 +45,7 @@ func (t *ffnTask) Run(_, lo, hi int) {
 func (ws *workspace) ffn(y, x []float32, n int, w, v, w1 *Linear, h1, h2 []float32) {
 	t := &ws.ffnJob
 	*t = ffnTask{gate: &w.W, up: &v.W, x: x, n: n, fast: ws.fast, h1: h1, h2: h2}
+	t.q = ws.quantizeFast(&ws.qMat, x, n, w.W.In, ws.fast, &w.W, &v.W)
 	ws.pool.Run(w.W.Out, parallel.DefaultAlign, t)
 	*t = ffnTask{}
 	ws.matmul(h1, n, 0, []*Linear{w1}, y)

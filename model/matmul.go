@@ -44,6 +44,10 @@ import (
 // matScratch is the threaded products' part of the workspace.
 type matScratch struct {
 	matJob matTask
+	// The fast precision's quantised inputs: of matmul's products, and
+	// the quantisation loop.
+	qMat     kernels.FastActs
+	quantJob quantTask
 	// Products by row blocks (decoding int8 [in, out] layers): the
 	// partials' buffers, by slot, and the loop computing them.
 	bparts   [][][]float32
@@ -62,8 +66,9 @@ type matTask struct {
 	offs  [4]int         // start of matrix j in the loop's index space; offs[m] = end
 	x     []float32
 	n     int
-	fast  []bool  // per row of x: fast precision (nil: all exact)
-	scale float32 // if not 0, outputs are multiplied by it (the unembedding)
+	fast  []bool            // per row of x: fast precision (nil: all exact)
+	q     *kernels.FastActs // x quantised for the fast rows, or nil
+	scale float32           // if not 0, outputs are multiplied by it (the unembedding)
 	// softcap, if not 0, caps the scaled outputs at cap·tanh(y/cap) in the
 	// same pass (Grok-2's final logit soft-cap).
 	softcap float32
@@ -79,7 +84,7 @@ func (t *matTask) Run(_, lo, hi int) {
 		if t.parts[j] != nil {
 			kernels.CombineBlocks(t.dsts[j], t.parts[j], t.n, t.mats[j], a, b)
 		} else {
-			mulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b, t.fast)
+			mulRows(t.dsts[j], t.x, t.n, t.mats[j], a, b, t.fast, t.q)
 		}
 		if t.softcap != 0 {
 			capRange(t.dsts[j], t.mats[j].Out, t.n, a, b, t.scale, t.softcap)
@@ -91,9 +96,11 @@ func (t *matTask) Run(_, lo, hi int) {
 
 // mulRows is kernels.MatMulRows with a precision per row of x (fast[i]:
 // row i at kernels.Fast; nil: every row exact), each run of rows of one
-// precision a product of its own. A row's bits depend only on its own
-// precision, never on its neighbours' (both precisions are batch-invariant).
-func mulRows(dst, x []float32, n int, m *kernels.Mat, lo, hi int, fast []bool) {
+// precision a product of its own; the fast runs read x as q quantised it
+// (quantizeFast), or, with q nil, quantise their rows themselves. A row's
+// bits depend only on its own precision, never on its neighbours' (both
+// precisions are batch-invariant).
+func mulRows(dst, x []float32, n int, m *kernels.Mat, lo, hi int, fast []bool, q *kernels.FastActs) {
 	if fast == nil {
 		kernels.MatMulRows(dst, x, n, m, lo, hi)
 		return
@@ -103,11 +110,59 @@ func mulRows(dst, x []float32, n int, m *kernels.Mat, lo, hi int, fast []bool) {
 		for j < n && fast[j] == fast[i] {
 			j++
 		}
-		p := kernels.Exact
-		if fast[i] {
-			p = kernels.Fast
+		switch {
+		case !fast[i] || !kernels.UsesFast(m):
+			kernels.MatMulRows(dst[i*m.Out:], x[i*m.In:j*m.In], j-i, m, lo, hi)
+		case q != nil:
+			kernels.MatMulRowsFast(dst, q, i, j, m, lo, hi)
+		default:
+			kernels.MatMulRowsP(dst[i*m.Out:], x[i*m.In:j*m.In], j-i, m, lo, hi, kernels.Fast)
 		}
-		kernels.MatMulRowsP(dst[i*m.Out:], x[i*m.In:j*m.In], j-i, m, lo, hi, p)
+		i = j
+	}
+}
+
+// quantizeFast quantises the fast rows of x (n×In) into q on the pool, for
+// the products with any of mats that will read it, and returns q; nil if
+// no row is fast or no matrix multiplies in integers (then mulRows needs
+// no q).
+func (ws *workspace) quantizeFast(q *kernels.FastActs, x []float32, n, In int, fast []bool, mats ...*kernels.Mat) *kernels.FastActs {
+	if fast == nil {
+		return nil
+	}
+	uses := false
+	for _, m := range mats {
+		uses = uses || kernels.UsesFast(m)
+	}
+	if !uses {
+		return nil
+	}
+	q.Prepare(n, In)
+	t := &ws.quantJob
+	*t = quantTask{q: q, x: x, fast: fast}
+	ws.pool.Run(n, 1, t)
+	*t = quantTask{}
+	return q
+}
+
+// quantTask quantises the fast rows of a range for quantizeFast.
+type quantTask struct {
+	q    *kernels.FastActs
+	x    []float32
+	fast []bool
+}
+
+func (t *quantTask) Run(_, lo, hi int) {
+	for i := lo; i < hi; {
+		if !t.fast[i] {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < hi && t.fast[j] {
+			j++
+		}
+		t.q.QuantizeRows(t.x, i, j)
 		i = j
 	}
 }
@@ -138,6 +193,7 @@ func (ws *workspace) matmulCapped(x []float32, n int, scale, softcap float32, ma
 		blocked = blocked && ws.blocked(&l.W, n)
 	}
 	t.offs[t.m] = off
+	t.q = ws.quantizeFast(&ws.qMat, x, n, t.mats[0].In, ws.fast, t.mats[:t.m]...)
 	align := ws.align(mats[0].W.Transposed, n, off)
 	if blocked {
 		// Block partials first, then the loop over outputs combines them.

@@ -19,10 +19,11 @@ type ffnScratch struct {
 	expertFill  []int     // E
 	allRows     []int     // N: 0, 1, …, N-1 (the dense MLP's rows)
 	parts       []expertPart
-	capE        int       // rows of xs and y
-	xs, y       []float32 // capE×D
-	xsFast      []bool    // capE: the precision of each row of xs
-	h1, h2      []float32 // capE×F (+ N×DenseFFNSize for a dense MLP beside the experts)
+	capE        int                // rows of xs and y
+	xs, y       []float32          // capE×D
+	xsFast      []bool             // capE: the precision of each row of xs
+	qParts      []kernels.FastActs // two per part of a group: its xs and h1 quantised
+	h1, h2      []float32          // capE×F (+ N×DenseFFNSize for a dense MLP beside the experts)
 
 	ffnJob  ffnTask
 	upJob   expertUpTask
@@ -189,6 +190,15 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, ws *workspace) 
 		off = alignUp(off + parts[i].w.Out)
 		rows += len(parts[i].rows)
 	}
+	if ws.fast != nil {
+		for len(ws.qParts) < 2*len(parts) {
+			ws.qParts = append(ws.qParts, kernels.FastActs{})
+		}
+		for i := range parts {
+			p := &parts[i]
+			p.qx = ws.quantizeFast(&ws.qParts[2*i], p.xs, len(p.rows), p.w.In, p.fast, p.w, p.v)
+		}
+	}
 	up := &ws.upJob
 	*up = expertUpTask{parts: parts}
 	align := ws.align(parts[0].w.Transposed, rows, off)
@@ -226,12 +236,19 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, ws *workspace) 
 	if blocked {
 		ws.runBlocks()
 	}
+	if ws.fast != nil {
+		for i := range parts {
+			p := &parts[i]
+			p.qh = ws.quantizeFast(&ws.qParts[2*i+1], p.h1, len(p.rows), p.w1.In, p.fast, p.w1)
+		}
+	}
 	down := &ws.downJob
 	*down = expertDownTask{parts: parts, dst: dst}
 	ws.pool.Run(parts[0].w1.Out, parallel.DefaultAlign, down)
 	*down = expertDownTask{}
 	for i := range parts {
 		parts[i].gateParts, parts[i].upParts, parts[i].downParts = nil, nil, nil
+		parts[i].qx, parts[i].qh = nil, nil
 	}
 }
 
@@ -239,14 +256,15 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, ws *workspace) 
 // gathered, and its buffers for them. The dense MLP of a residual MoE is a
 // part too, over every row.
 type expertPart struct {
-	w, v, w1 *kernels.Mat // linear, linear_v, linear_1
-	rows     []int        // the row of x and dst of each gathered row
-	gates    []float32    // the router's probability for each (nil: 1)
-	residual bool         // the dense MLP: gate 1, and dst is then divided by √2
-	fast     []bool       // per gathered row: fast precision (nil: all exact)
-	xs, y    []float32    // c×D: gathered inputs, linear_1 outputs
-	h1, h2   []float32    // c×F
-	off      int          // start of the part's hidden units in expertUpTask's index space
+	w, v, w1 *kernels.Mat      // linear, linear_v, linear_1
+	rows     []int             // the row of x and dst of each gathered row
+	gates    []float32         // the router's probability for each (nil: 1)
+	residual bool              // the dense MLP: gate 1, and dst is then divided by √2
+	fast     []bool            // per gathered row: fast precision (nil: all exact)
+	qx, qh   *kernels.FastActs // xs and h1 quantised for the fast rows, or nil
+	xs, y    []float32         // c×D: gathered inputs, linear_1 outputs
+	h1, h2   []float32         // c×F
+	off      int               // start of the part's hidden units in expertUpTask's index space
 	// Row-block partials of linear, linear_v and linear_1 when they run by
 	// blocks (decoding xAI int8), else nil.
 	gateParts, upParts, downParts [][]float32
@@ -273,8 +291,8 @@ func (t *expertUpTask) Run(_, lo, hi int) {
 			kernels.CombineBlocks(p.h1, p.gateParts, c, p.w, a, b)
 			kernels.CombineBlocks(p.h2, p.upParts, c, p.v, a, b)
 		} else {
-			mulRows(p.h1, p.xs, c, p.w, a, b, p.fast)
-			mulRows(p.h2, p.xs, c, p.v, a, b, p.fast)
+			mulRows(p.h1, p.xs, c, p.w, a, b, p.fast, p.qx)
+			mulRows(p.h2, p.xs, c, p.v, a, b, p.fast, p.qx)
 		}
 		for r := 0; r < c; r++ {
 			h := p.h1[r*F+a : r*F+b]
@@ -305,7 +323,7 @@ func (t *expertDownTask) Run(_, lo, hi int) {
 		if p.downParts != nil {
 			kernels.CombineBlocks(p.y, p.downParts, len(p.rows), p.w1, lo, hi)
 		} else {
-			mulRows(p.y, p.h1, len(p.rows), p.w1, lo, hi, p.fast)
+			mulRows(p.y, p.h1, len(p.rows), p.w1, lo, hi, p.fast, p.qh)
 		}
 		for r, row := range p.rows {
 			d, y := t.dst[row*D+lo:row*D+hi], p.y[r*D+lo:r*D+hi]
