@@ -64,6 +64,9 @@ type (
 	// float32 scales for the fast tile: (dst *byte, ds *float32, w *byte,
 	// ldw int, rows int, nb int).
 	widenKernel uint16
+	// quant16Kernel quantises nb blocks of one token into its lane of a
+	// fastActs group (quantizeBlock16): (x *float32, nb int, dst *byte).
+	quant16Kernel uint16
 	// dequantKernel decodes n whole blocks of its type at src into float32
 	// at dst, with tensor.DequantizeRow's bits: (dst *float32, src *byte,
 	// n int).
@@ -165,8 +168,9 @@ type kernelSet struct {
 	dequant *[numDQ]dequantKernel
 	// fast and widen are the fast precision's GEMM (fastMatMul); nil
 	// leaves Fast products to the exact path.
-	fast  *fastFamily
-	widen *[numIK]widenKernel
+	fast    *fastFamily
+	widen   *[numIK]widenKernel
+	quant16 quant16Kernel
 	// fused multiplies blocks of the dequantisers' types without scratch
 	// for decode (dequantMatMul); a family without kernels (or a nil
 	// table) leaves the type to the two-pass path.

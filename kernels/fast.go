@@ -111,7 +111,11 @@ func (q *FastActs) Prepare(n, In int) {
 
 // QuantizeRows quantises tokens [t0, t1) of x (n×In, as Prepare was told).
 func (q *FastActs) QuantizeRows(x []float32, t0, t1 int) {
-	q.a.quantize(x[:q.n*q.In], q.In, t0, t1)
+	var qk quant16Kernel
+	if ks := active; ks != nil {
+		qk = ks.quant16
+	}
+	q.a.quantize(x[:q.n*q.In], q.In, t0, t1, qk)
 }
 
 // Release returns q's buffer to its pool.
@@ -214,13 +218,18 @@ func (a *fastActs) prepare(n, In int) {
 }
 
 // quantize quantises tokens [t0, t1) of x (In activations a token) into
-// their lanes.
-func (a *fastActs) quantize(x []float32, In, t0, t1 int) {
+// their lanes, with qk if not 0 (tested to equal quantizeBlock16).
+func (a *fastActs) quantize(x []float32, In, t0, t1 int, qk quant16Kernel) {
 	var q [32]int16
 	for t := t0; t < t1; t++ {
 		xs := x[t*In : (t+1)*In]
 		g, l := t/fastLanes, t%fastLanes
 		base := a.buf[g*a.stride():]
+		if qk != 0 {
+			_ = base[(a.nbt-1)*fastBlock+fastDX+4*l+3] // the last byte the kernel writes
+			qk.call(&xs[0], a.nbt, &base[4*l])
+			continue
+		}
 		for b := 0; b < a.nbt; b++ {
 			d := quantizeBlock16(q[:], xs[b*32:(b+1)*32])
 			blk := base[b*fastBlock : (b+1)*fastBlock]
@@ -445,7 +454,7 @@ func matMulFastRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 	var ks *kernelSet
 	var q FastActs
 	q.Prepare(n, m.In)
-	q.QuantizeRows(x, 0, n)
+	q.a.quantize(x[:n*m.In], m.In, 0, n, 0)
 	ks.fastMatMul(dst, q.a, 0, n, m, lo, hi)
 	q.Release()
 }

@@ -195,3 +195,54 @@ func TestFastNearExact(t *testing.T) {
 		}
 	})
 }
+
+// TestQuantize16Kernel: the SIMD quantiser lays out exactly the bytes of
+// quantizeBlock16, including halfway quotients, all-zero, tiny, infinite,
+// NaN and huge blocks, in every lane.
+func TestQuantize16Kernel(t *testing.T) {
+	if active == nil || active.quant16 == 0 {
+		t.Skip("no fast kernels on this machine")
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	const n, nb = 19, 64
+	x := make([]float32, n*nb*32+1)[1:] // unaligned
+	for b := 0; b < n*nb; b++ {
+		blk := x[b*32 : (b+1)*32]
+		scale := math.Pow(10, float64(rng.IntN(20)-10))
+		for j := range blk {
+			blk[j] = float32(rng.NormFloat64() * scale)
+		}
+		switch b % 9 {
+		case 1: // halfway quotients: amax 32767, values k+0.5
+			blk[0] = 32767
+			for j := 1; j < 32; j++ {
+				blk[j] = float32(rng.IntN(65534)-32767) + 0.5
+			}
+		case 2:
+			clear(blk)
+		case 3:
+			for j := range blk {
+				blk[j] *= 1e-37
+			}
+		case 4:
+			blk[rng.IntN(32)] = float32(math.Inf(1 - 2*rng.IntN(2)))
+		case 5:
+			blk[rng.IntN(32)] = float32(math.NaN())
+		case 6:
+			blk[rng.IntN(32)] = math.MaxFloat32
+		}
+	}
+	var want, got FastActs
+	want.Prepare(n, nb*32)
+	got.Prepare(n, nb*32)
+	want.a.quantize(x, nb*32, 0, n, 0)
+	got.QuantizeRows(x, 0, n)
+	for i := range want.a.buf {
+		if want.a.buf[i] != got.a.buf[i] {
+			off := i % fastBlock
+			t.Fatalf("byte %d (group %d, block %d, offset %d): %#x, want %#x", i, i/want.a.stride(), i%want.a.stride()/fastBlock, off, got.a.buf[i], want.a.buf[i])
+		}
+	}
+	want.Release()
+	got.Release()
+}

@@ -44,3 +44,5 @@ func (fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx in
 func (widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int) {
 	panic(noKernels)
 }
+
+func (quant16Kernel) call(x *float32, nb int, dst *byte) { panic(noKernels) }

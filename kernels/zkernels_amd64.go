@@ -2032,3 +2032,8 @@ func widenQ8_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //
 //go:noescape
 func widenI8_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
+//
+//go:noescape
+func quant16_VNNI(x *float32, nb int, dst *byte)

@@ -121602,3 +121602,120 @@ blk:
 	JNZ       row
 	VZEROUPPER
 	RET
+
+// func quant16_VNNI(x *float32, nb int, dst *byte)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·quant16_VNNI(SB), NOSPLIT, $0-24
+	MOVQ      x+0(FP), AX
+	MOVQ      nb+8(FP), CX
+	MOVQ      dst+16(FP), DX
+	VMOVDQU32 fast_scatter64<>+0(SB), Z0
+	TESTQ     CX, CX
+	JZ        done
+
+loop:
+	VMOVUPS       (AX), Z1
+	VMOVUPS       64(AX), Z2
+	VCMPPS        $0x03, Z1, Z1, K1
+	VCMPPS        $0x03, Z2, Z2, K2
+	KORW          K2, K1, K1
+	KORTESTW      K1, K1
+	JNZ           nan
+	VANDPS        AVX512_absmask<>+0(SB), Z1, Z3
+	VANDPS        AVX512_absmask<>+0(SB), Z2, Z4
+	VMAXPS        Z4, Z3, Z3
+	VEXTRACTF64X4 $0x01, Z3, Y4
+	VMAXPS        Y4, Y3, Y3
+	VEXTRACTF32X4 $0x01, Y3, X4
+	VMAXPS        X4, X3, X3
+	VPERMILPS     $0x4e, X3, X4
+	VMAXPS        X4, X3, X3
+	VPERMILPS     $0xb1, X3, X4
+	VMAXPS        X4, X3, X3
+	VBROADCASTSS  X3, Z3
+	VDIVPS        AVX512_c32767<>+0(SB), Z3, Z3
+	VMOVUPS       AVX512_one<>+0(SB), Z4
+	VDIVPS        Z3, Z4, Z4
+	VCMPPS        $0x1d, AVX512_minscale<>+0(SB), Z3, K1
+	VCMPPS        $0x12, AVX512_maxfloat<>+0(SB), Z3, K2
+	KANDW         K2, K1, K1
+	VCMPPS        $0x15, AVX512_minscale<>+0(SB), Z3, K2
+	VMOVAPS.Z     Z3, K2, Z3
+	VMOVSS        X3, 1024(DX)
+	VMULPS        Z4, Z1, Z1
+	VRNDSCALEPS   $0x0b, Z1, Z3
+	VSUBPS        Z3, Z1, Z6
+	VANDPS        AVX512_absmask<>+0(SB), Z6, Z6
+	VANDPS        AVX512_signmask<>+0(SB), Z1, Z1
+	VORPS         AVX512_one<>+0(SB), Z1, Z1
+	VCMPPS        $0x1d, AVX512_half<>+0(SB), Z6, K2
+	VADDPS        Z1, Z3, K2, Z3
+	VCVTPS2DQ.Z   Z3, K1, Z3
+	VPMOVSDW      Z3, Y5
+	VMULPS        Z4, Z2, Z2
+	VRNDSCALEPS   $0x0b, Z2, Z1
+	VSUBPS        Z1, Z2, Z3
+	VANDPS        AVX512_absmask<>+0(SB), Z3, Z3
+	VANDPS        AVX512_signmask<>+0(SB), Z2, Z2
+	VORPS         AVX512_one<>+0(SB), Z2, Z2
+	VCMPPS        $0x1d, AVX512_half<>+0(SB), Z3, K2
+	VADDPS        Z2, Z1, K2, Z1
+	VCVTPS2DQ.Z   Z1, K1, Z1
+	VPMOVSDW      Z1, Y1
+	VINSERTI64X4  $0x01, Y1, Z5, Z5
+	KXNORW        K3, K3, K3
+	VPSCATTERDD   Z5, K3, (DX)(Z0*1)
+
+next:
+	ADDQ $0x00000080, AX
+	ADDQ $0x00000440, DX
+	DECQ CX
+	JNZ  loop
+
+done:
+	VZEROUPPER
+	RET
+
+nan:
+	VMOVUPS     AVX512_nan<>+0(SB), Z1
+	VMOVSS      X1, 1024(DX)
+	VXORPS      Z1, Z1, Z1
+	KXNORW      K4, K4, K4
+	VPSCATTERDD Z1, K4, (DX)(Z0*1)
+	JMP         next
+
+DATA AVX512_c32767<>+0(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+4(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+8(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+12(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+16(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+20(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+24(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+28(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+32(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+36(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+40(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+44(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+48(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+52(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+56(SB)/4, $0x46fffe00
+DATA AVX512_c32767<>+60(SB)/4, $0x46fffe00
+GLOBL AVX512_c32767<>(SB), RODATA|NOPTR, $64
+
+DATA fast_scatter64<>+0(SB)/4, $0x00000000
+DATA fast_scatter64<>+4(SB)/4, $0x00000040
+DATA fast_scatter64<>+8(SB)/4, $0x00000080
+DATA fast_scatter64<>+12(SB)/4, $0x000000c0
+DATA fast_scatter64<>+16(SB)/4, $0x00000100
+DATA fast_scatter64<>+20(SB)/4, $0x00000140
+DATA fast_scatter64<>+24(SB)/4, $0x00000180
+DATA fast_scatter64<>+28(SB)/4, $0x000001c0
+DATA fast_scatter64<>+32(SB)/4, $0x00000200
+DATA fast_scatter64<>+36(SB)/4, $0x00000240
+DATA fast_scatter64<>+40(SB)/4, $0x00000280
+DATA fast_scatter64<>+44(SB)/4, $0x000002c0
+DATA fast_scatter64<>+48(SB)/4, $0x00000300
+DATA fast_scatter64<>+52(SB)/4, $0x00000340
+DATA fast_scatter64<>+56(SB)/4, $0x00000380
+DATA fast_scatter64<>+60(SB)/4, $0x000003c0
+GLOBL fast_scatter64<>(SB), RODATA|NOPTR, $64

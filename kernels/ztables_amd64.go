@@ -119,6 +119,19 @@ func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb
 }
 
 const (
+	k_quant16_VNNI quant16Kernel = iota + 1
+)
+
+func (k quant16Kernel) call(x *float32, nb int, dst *byte) {
+	switch k {
+	case k_quant16_VNNI:
+		quant16_VNNI(x, nb, dst)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
 	k_dotF32_4x1_AVX2 dotKernel = iota + 1
 	k_dotF32_1x1_AVX2
 	k_dotF32_4x2_AVX2
@@ -1476,3 +1489,5 @@ var intAVXVNNI = [...]intFamily{
 var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}}
 
 var widenVNNI = [...]widenKernel{ikQ8: k_widenQ8_VNNI, ikI8: k_widenI8_VNNI}
+
+const quant16VNNI = k_quant16_VNNI

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -199,4 +200,115 @@ func genFastTable(tb *strings.Builder) {
 		widen = append(widen, fmt.Sprintf("ik%s: %s", k, widenGroup.add(genWiden(k))))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
+	fmt.Fprintf(tb, "\nconst quant16VNNI = %s\n", quant16Group.add(genQuant16()))
+}
+
+var quant16Group = newGroup("quant16Kernel", "x *float32, nb int, dst *byte", "x, nb, dst")
+
+// genQuant16 emits kernels.quantizeBlock16 for nb blocks of one token: per
+// block of 32 float32s at x, d = max|x|/32767, q = round(x/d) halfway away
+// from zero (degenerate blocks as genQuant's), the 16 pairs of int16
+// quants scattered to dst + 64p (the token's lane of its group's block)
+// and d to dst + 1024; x advances 128 bytes and dst fastBlock a block.
+func genQuant16() string {
+	a := avx512
+	name := "quant16_VNNI"
+	TEXT(name, NOSPLIT, "func(x *float32, nb int, dst *byte)")
+	Pragma("noescape")
+	Doc(name + " quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("nb"), GP64())
+	dst := Load(Param("dst"), GP64())
+
+	absMask := a.constVec("absmask", 0x7fffffff)
+	signMask := a.constVec("signmask", 0x80000000)
+	one := a.constVec("one", math.Float32bits(1))
+	half := a.constVec("half", math.Float32bits(0.5))
+	c32767 := a.constVec("c32767", math.Float32bits(32767))
+	tiny := a.constVec("minscale", minScale)
+	fmax := a.constVec("maxfloat", math.Float32bits(math.MaxFloat32))
+	idx := GLOBL("fast_scatter64", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(4*i, U32(uint32(64*i)))
+	}
+	ix := ZMM()
+	VMOVDQU32(idx, ix)
+
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v := []VecVirtual{ZMM(), ZMM()}
+	VMOVUPS(Mem{Base: x}, v[0])
+	VMOVUPS(Mem{Base: x, Disp: 64}, v[1])
+	kn, k1 := K(), K()
+	VCMPPS(U8(cmpUNORDQ), v[0], v[0], kn)
+	VCMPPS(U8(cmpUNORDQ), v[1], v[1], k1)
+	KORW(k1, kn, kn)
+	KORTESTW(kn, kn)
+	JNZ(LabelRef("nan"))
+
+	m, t0 := ZMM(), ZMM()
+	VANDPS(absMask, v[0], m)
+	VANDPS(absMask, v[1], t0)
+	VMAXPS(t0, m, m)
+	my := m.AsY()
+	ty := YMM()
+	VEXTRACTF64X4(U8(1), m, ty)
+	VMAXPS(ty, my, my)
+	mx, t := m.AsX(), XMM()
+	VEXTRACTF32X4(U8(1), my, t)
+	VMAXPS(t, mx, mx)
+	VPERMILPS(U8(0x4E), mx, t)
+	VMAXPS(t, mx, mx)
+	VPERMILPS(U8(0xB1), mx, t)
+	VMAXPS(t, mx, mx)
+	d := ZMM()
+	VBROADCASTSS(mx, d)
+	VDIVPS(c32767, d, d) // d = amax/32767
+	id := ZMM()
+	VMOVUPS(one, id)
+	VDIVPS(d, id, id) // id = 1/d
+	kq, k2, kd := K(), K(), K()
+	VCMPPS(U8(cmpGEOQ), tiny, d, kq)
+	VCMPPS(U8(cmpLEOQ), fmax, d, k2)
+	KANDW(k2, kq, kq)
+	VCMPPS(U8(cmpNLTUQ), tiny, d, kd)
+	VMOVAPS_Z(d, kd, d)
+	VMOVSS(d.AsX(), Mem{Base: dst, Disp: fastDX})
+	q := ZMM()
+	for u := range v {
+		VMULPS(id, v[u], v[u])
+		r := a.roundHalfAway(v[u], absMask, signMask, one, half)
+		VCVTPS2DQ_Z(r, kq, r)
+		if u == 0 {
+			VPMOVSDW(r, q.AsY())
+		} else {
+			h := YMM()
+			VPMOVSDW(r, h)
+			VINSERTI64X4(U8(1), h, q, q)
+		}
+	}
+	ks := K()
+	KXNORW(ks, ks, ks)
+	VPSCATTERDD(q, ks, Mem{Base: dst, Index: ix, Scale: 1})
+	Label("next")
+	ADDQ(U32(128), x)
+	ADDQ(U32(fastBlock), dst)
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+
+	Label("nan")
+	nan := ZMM()
+	VMOVUPS(a.constVec("nan", 0x7fc00000), nan)
+	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastDX})
+	z := ZMM()
+	VXORPS(z, z, z)
+	k := K()
+	KXNORW(k, k, k)
+	VPSCATTERDD(z, k, Mem{Base: dst, Index: ix, Scale: 1})
+	JMP(LabelRef("next"))
+	return name
 }
