@@ -121541,7 +121541,7 @@ loop:
 	RET
 
 // func widenQ8_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
-// Requires: AVX, AVX512BW, AVX512F, F16C
+// Requires: AVX, AVX512BW, AVX512F, F16C, MMX+
 TEXT ·widenQ8_VNNI(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), AX
 	MOVQ ds+8(FP), CX
@@ -121555,25 +121555,26 @@ row:
 	MOVQ DI, R9
 
 blk:
-	VPMOVSXBW 2(R8), Z0
-	VMOVDQU32 Z0, (AX)
-	MOVWLZX   (R8), R10
-	VMOVD     R10, X0
-	VCVTPH2PS X0, X0
-	VMOVSS    X0, (CX)
-	ADDQ      $0x00000022, R8
-	ADDQ      $0x00000040, AX
-	ADDQ      $0x00000004, CX
-	DECQ      R9
-	JNZ       blk
-	ADDQ      BX, DX
-	DECQ      SI
-	JNZ       row
+	PREFETCHT0 2176(R8)
+	VPMOVSXBW  2(R8), Z0
+	VMOVDQU32  Z0, (AX)
+	MOVWLZX    (R8), R10
+	VMOVD      R10, X0
+	VCVTPH2PS  X0, X0
+	VMOVSS     X0, (CX)
+	ADDQ       $0x00000022, R8
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000004, CX
+	DECQ       R9
+	JNZ        blk
+	ADDQ       BX, DX
+	DECQ       SI
+	JNZ        row
 	VZEROUPPER
 	RET
 
 // func widenI8_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
-// Requires: AVX, AVX512BW, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, MMX+
 TEXT ·widenI8_VNNI(SB), NOSPLIT, $0-48
 	MOVQ  dst+0(FP), AX
 	MOVQ  ds+8(FP), CX
@@ -121589,17 +121590,18 @@ row:
 	MOVQ DI, R9
 
 blk:
-	VPMOVSXBW (R8), Z1
-	VMOVDQU32 Z1, (AX)
-	VMOVSS    X0, (CX)
-	ADDQ      $0x00000020, R8
-	ADDQ      $0x00000040, AX
-	ADDQ      $0x00000004, CX
-	DECQ      R9
-	JNZ       blk
-	ADDQ      BX, DX
-	DECQ      SI
-	JNZ       row
+	PREFETCHT0 2048(R8)
+	VPMOVSXBW  (R8), Z1
+	VMOVDQU32  Z1, (AX)
+	VMOVSS     X0, (CX)
+	ADDQ       $0x00000020, R8
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000004, CX
+	DECQ       R9
+	JNZ        blk
+	ADDQ       BX, DX
+	DECQ       SI
+	JNZ        row
 	VZEROUPPER
 	RET
 

@@ -13,7 +13,7 @@ import (
 // weight products (model.LanguageModel.Precision). Decode is always exact.
 type precisionFlag struct{ p kernels.Precision }
 
-const precisionHelp = "prefill arithmetic: exact (float32 activations) or fast (activations in int8, VNNI, for Q8_0 and [out, in] int8 weights; other types exact); decode is always exact"
+const precisionHelp = "prefill arithmetic: exact (float32 activations) or fast (activations quantised to int16, integer products with VNNI, for Q8_0 and [out, in] int8 weights on AVX-512 VNNI CPUs; other types exact); decode is always exact"
 
 func (f *precisionFlag) String() string { return f.p.String() }
 
@@ -56,7 +56,7 @@ func precisionNote(p kernels.Precision, lm *model.LanguageModel) string {
 		return strings.Join(l, ", ")
 	}
 	if len(fast) == 0 {
-		return fmt.Sprintf("fast requested, ran exact (no int8 products for %s on %s kernels)", list(exact), kernels.Variant())
+		return fmt.Sprintf("fast requested, ran exact (no integer products for %s on %s kernels)", list(exact), kernels.Variant())
 	}
-	return fmt.Sprintf("fast (int8 products for %s; exact for %s; %s kernels)", list(fast), list(exact), kernels.Variant())
+	return fmt.Sprintf("fast (int16 activations × %s weights in integers; exact for %s; %s kernels)", list(fast), list(exact), kernels.Variant())
 }

@@ -156,6 +156,10 @@ func genWiden(k ikind) string {
 	j := GP64()
 	MOVQ(nb, j)
 	Label("blk")
+	// The caller widens a row's spans one after the other: fetch the next
+	// span's line while this one is widened (rows of a few KiB are too
+	// short a run for the hardware prefetcher).
+	PREFETCHT0(Mem{Base: p, Disp: 64 * step})
 	z := ZMM()
 	VPMOVSXBW(Mem{Base: p, Disp: qoff}, z)
 	VMOVDQU32(z, Mem{Base: dst})
