@@ -161,6 +161,36 @@ func TestFastPrecisionAccuracy(t *testing.T) {
 					t.Fatalf("logit %d: %g alone, %g in a batch", i, alone[i], batch[i])
 				}
 			}
+
+			// A decode step (one token) stays exact under Fast, also
+			// beside another sequence's fast prefill.
+			decode := func(p kernels.Precision, withPrefill bool) []float32 {
+				mem, err := model.NewKVMemory(&lm.Config, 2, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lm.Precision = kernels.Fast
+				defer func() { lm.Precision = kernels.Exact }()
+				if _, err := lm.Forward(mem, []model.Input{{Slot: 0, Tokens: ids[:40]}}); err != nil {
+					t.Fatal(err)
+				}
+				lm.Precision = p
+				in := []model.Input{{Slot: 0, Tokens: ids[40:41]}}
+				if withPrefill {
+					in = append(in, model.Input{Slot: 1, Tokens: ids[100:130]})
+				}
+				logits, err := lm.Forward(mem, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return append([]float32(nil), logits[:lm.Config.VocabSize]...)
+			}
+			exact, mixed := decode(kernels.Exact, false), decode(kernels.Fast, true)
+			for i := range exact {
+				if math.Float32bits(exact[i]) != math.Float32bits(mixed[i]) {
+					t.Fatalf("decode logit %d: %g exact, %g beside a fast prefill", i, exact[i], mixed[i])
+				}
+			}
 		})
 	}
 }

@@ -157,6 +157,10 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "-b", "0"}, 2, "must be positive"},
 		{[]string{"bench", "-p", "100000"}, 2, "exceeds the model's context"},
 		{[]string{"bench", "extra"}, 2, "unexpected argument"},
+		{[]string{"bench", "--precision", "int4"}, 2, "--precision"},
+		{[]string{"run", "--precision", "int4", "x"}, 2, "want exact or fast"},
+		{[]string{"serve", "--precision", "int4"}, 2, "want exact or fast"},
+		{[]string{"logits", "--precision", "int4", "--tokens", "1"}, 2, "want exact or fast"},
 		{[]string{"bench", "--make-model", "x.gguf", "--type", "q4_k"}, 2, "--type"},
 		{[]string{"bench", "--make-model", "x.gguf", "--type", "bf16"}, 2, "--type must be"},
 		{[]string{"bench", "--make-model", "x.gguf", "--config", "huge"}, 2, "unknown --config"},
@@ -293,5 +297,27 @@ func TestProbeWeightsNotOnAShard(t *testing.T) {
 			t.Errorf("%s: probeWeights = %v, want %v", tc.name, got, tc.want)
 		}
 		m.Close()
+	}
+}
+
+// bench --precision both times a fast prefill beside each exact one and
+// says what ran; the embedded model's F16 weights have no integer path, so
+// it says fast ran exact.
+func TestBenchPrecisionBoth(t *testing.T) {
+	r := benchJSON(t, "-p", "6", "-n", "2", "--precision", "both")
+	if r.Precision != "both" || len(r.FastPrefillRuns) != 1 || r.FastPrefillTokS <= 0 || r.FastRatio <= 0 {
+		t.Errorf("precision %q, fast runs %v, fast %g tok/s, ratio %g", r.Precision, r.FastPrefillRuns, r.FastPrefillTokS, r.FastRatio)
+	}
+	if !strings.Contains(r.PrecisionRan, "ran exact") || !strings.Contains(r.PrecisionRan, "F16") {
+		t.Errorf("precision_ran %q does not say the F16 products ran exact", r.PrecisionRan)
+	}
+	out, e, code := grok(t, "bench", "-p", "4", "-n", "2", "-r", "1", "--bw-mb", "8", "--precision", "both")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	for _, w := range []string{"precision fast requested", "prefill   4 tokens exact", "prefill   4 tokens fast", "fast/exact"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
 	}
 }
