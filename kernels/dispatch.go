@@ -169,7 +169,7 @@ type kernelSet struct {
 	// fast and widen are the fast precision's GEMM (fastMatMul); nil
 	// leaves Fast products to the exact path.
 	fast    *fastFamily
-	widen   *[numIK]widenKernel
+	widen   *[numFK]widenKernel
 	quant16 quant16Kernel
 	// fused multiplies blocks of the dequantisers' types without scratch
 	// for decode (dequantMatMul); a family without kernels (or a nil

@@ -17,7 +17,8 @@ const (
 	Exact Precision = iota
 	// Fast quantises each token's activations to int16 in blocks of 32
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
-	// weights are int8 (Q8_0, [out, in] I8) and the CPU has AVX-512 VNNI;
+	// weights are blocks of 32 small integers times one scale (Q8_0,
+	// Q4_0, IQ4_NL; [out, in] I8) and the CPU has AVX-512 VNNI;
 	// everything else runs as Exact. Each token is quantised alone and
 	// its sums follow a fixed grid, so its bits still do not depend on its
 	// batch.
@@ -47,29 +48,48 @@ func ParsePrecision(s string) (Precision, bool) {
 // integers under Fast on this machine (else they run as Exact).
 func FastTypes(t tensor.DType) bool {
 	ks := active
-	return ks != nil && ks.fast != nil && (t == tensor.Q8_0 || t == tensor.I8)
+	return ks != nil && ks.fast != nil && fastKind(t) >= 0
 }
 
-// fastFor reports whether the fast path takes m: int8 weights along the
-// input axis, I8 shards whole blocks of 32 (so that no activation block
-// straddles two scales).
+// Weight types the fast product widens (widenKernel), in the generator's
+// order: each a block of 32 small integers times one scale.
+const (
+	fkQ8 = iota
+	fkI8
+	fkQ4_0
+	fkIQ4_NL
+	numFK
+)
+
+// fastKind returns t's widening, or -1.
+func fastKind(t tensor.DType) int {
+	switch t {
+	case tensor.Q8_0:
+		return fkQ8
+	case tensor.I8:
+		return fkI8
+	case tensor.Q4_0:
+		return fkQ4_0
+	case tensor.IQ4_NL:
+		return fkIQ4_NL
+	}
+	return -1
+}
+
+// fastFor reports whether the fast path takes m: weights of a fastKind
+// along the input axis, I8 shards whole blocks of 32 (so that no
+// activation block straddles two scales).
 func fastFor(m *Mat) bool {
-	if m.Transposed {
+	if m.Transposed || fastKind(m.Type) < 0 {
 		return false
 	}
-	switch m.Type {
-	case tensor.Q8_0:
-		return true
-	case tensor.I8:
-		return (m.In/m.Shards)%32 == 0
-	}
-	return false
+	return m.Type != tensor.I8 || (m.In/m.Shards)%32 == 0
 }
 
 // MatMulRowsP is MatMulRows at precision p. Under Fast the kernels in use
-// decide (FastTypes): with AVX-512 VNNI, Q8_0 and [out, in] I8 products
-// take fastMatMul; without it, and for every other type, the product is
-// MatMulRows' own.
+// decide (FastTypes): with AVX-512 VNNI, Q8_0, Q4_0, IQ4_NL and [out, in]
+// I8 products take fastMatMul; without it, and for every other type, the
+// product is MatMulRows' own.
 func MatMulRowsP(dst, x []float32, n int, m *Mat, lo, hi int, p Precision) {
 	if p != Fast || !fastFor(m) || active == nil || active.fast == nil {
 		MatMulRows(dst, x, n, m, lo, hi)
@@ -276,19 +296,15 @@ const fastRows = 16
 // a time. I8 instead adds each span's tiles to dst times the shard's scale
 // (each product rounded, as the exact path does).
 func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, lo, hi int) {
-	ik := ikQ8
-	if m.Type == tensor.I8 {
-		ik = ikI8
-	}
 	var fam *fastFamily
 	var widen widenKernel
 	if ks != nil && ks.fast != nil {
-		fam, widen = ks.fast, ks.widen[ik]
+		fam, widen = ks.fast, ks.widen[fastKind(m.Type)]
 	}
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
 	scaled := m.Type == tensor.I8
-	shards, seg, bpb := 1, In, tensor.Q8BlockBytes
+	shards, seg, bpb := 1, In, m.Type.BlockBytes()
 	if scaled {
 		shards, seg, bpb = m.Shards, In/m.Shards, 32
 		for t := t0; t < t1; t++ {
@@ -393,29 +409,54 @@ func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
 }
 
 // widenRef is widenKernel in Go: nb blocks of each of rows weight rows of
-// type t (Q8_0 or I8; stride ldw bytes) as int16 at ws (row r, block b at
-// (r·nb+b)·64 bytes) and their scales at ds[r·nb+b] (Q8_0: the block's
-// fp16 d; I8: 1).
+// type t (a fastKind; stride ldw bytes) as int16 at ws (row r, block b at
+// (r·nb+b)·64 bytes) and their scales at ds[r·nb+b]: Q8_0 and I8 the
+// quants, Q4_0 nibble-8, IQ4_NL kvaluesIQ4NL[nibble] (element j the low
+// nibble of byte j, j+16 its high one), each times the block's fp16 d (I8:
+// 1). tensor.DecodeRow gives d times these integers.
 func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
-	bpb, qoff := 32, 0
-	if t == tensor.Q8_0 {
-		bpb, qoff = tensor.Q8BlockBytes, 2
+	bpb := t.BlockBytes()
+	if t == tensor.I8 {
+		bpb = 32
 	}
+	var q [32]int16
 	for r := 0; r < rows; r++ {
 		for b := 0; b < nb; b++ {
 			blk := w[r*ldw+b*bpb:]
+			switch t {
+			case tensor.I8:
+				for j := range q {
+					q[j] = int16(int8(blk[j]))
+				}
+			case tensor.Q8_0:
+				for j := range q {
+					q[j] = int16(int8(blk[2+j]))
+				}
+			default:
+				for j := 0; j < 16; j++ {
+					lo, hi := blk[2+j]&15, blk[2+j]>>4
+					if t == tensor.IQ4_NL {
+						q[j], q[j+16] = int16(kvaluesIQ4NL[lo]), int16(kvaluesIQ4NL[hi])
+					} else {
+						q[j], q[j+16] = int16(lo)-8, int16(hi)-8
+					}
+				}
+			}
 			o := (r*nb + b) * 64
-			for j := 0; j < 32; j++ {
-				v := uint16(int16(int8(blk[qoff+j])))
-				ws[o+2*j], ws[o+2*j+1] = byte(v), byte(v>>8)
+			for j, v := range q {
+				ws[o+2*j], ws[o+2*j+1] = byte(uint16(v)), byte(uint16(v)>>8)
 			}
 			ds[r*nb+b] = 1
-			if t == tensor.Q8_0 {
+			if t != tensor.I8 {
 				ds[r*nb+b] = tensor.HalfToFloat(uint16(blk[0]) | uint16(blk[1])<<8)
 			}
 		}
 	}
 }
+
+// kvaluesIQ4NL is ggml's kvalues_iq4nl, the levels of IQ4_NL's nibbles
+// (tensor's own copy is tested equal through tensor.DecodeRow).
+var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // fastTileRef is the fast kernels' arithmetic in Go, the reference they
 // are tested to equal bit for bit: for rows rows of widened weights (ws,

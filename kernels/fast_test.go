@@ -52,7 +52,7 @@ func TestFMA32RoundsOnce(t *testing.T) {
 
 // fastMats are the shapes the fast tests run: rows that are and are not
 // whole tiles, several spans, I8 with several shards.
-func fastMats(rng *rand.Rand) []testMat {
+func fastMats(t *testing.T, rng *rand.Rand) []testMat {
 	var ms []testMat
 	for _, s := range []struct {
 		dt              tensor.DType
@@ -67,7 +67,76 @@ func fastMats(rng *rand.Rand) []testMat {
 	} {
 		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
 	}
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL} {
+		for _, sz := range [][2]int{{9, 64}, {16, 2048 + 96}} {
+			ms = append(ms, blockTestMat(t, rng, dt, sz[0], sz[1]))
+		}
+	}
 	return ms
+}
+
+// blockTestMat is a random matrix of a block type (random block bytes with
+// finite values) with its values decoded by tensor.DecodeRow.
+func blockTestMat(t *testing.T, rng *rand.Rand, dt tensor.DType, out, in int) testMat {
+	m := randBlockMat(t, rng, dt, out, in)
+	deq := make([]float64, out*in)
+	rb, _ := dt.RowBytes(in)
+	row := make([]float32, in)
+	for r := 0; r < out; r++ {
+		if err := tensor.DecodeRow(row, dt, m.Data[r*rb:(r+1)*rb]); err != nil {
+			panic(err)
+		}
+		for c, v := range row {
+			deq[r*in+c] = float64(v)
+		}
+	}
+	return testMat{m, deq}
+}
+
+// TestWidenRefMatchesDecodeRow: the widened integers times the block
+// scale are tensor.DecodeRow's values, bit for bit, for every fast type
+// (so the nibble order and the IQ4_NL levels are ggml's), and the widening
+// kernels write widenRef's bytes.
+func TestWidenRefMatchesDecodeRow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, tm := range fastMats(t, rng) {
+		m := &tm.m
+		nb := m.In / 32
+		rb, _ := m.Type.RowBytes(m.In)
+		ws, ds := make([]byte, m.Out*nb*64), make([]float32, m.Out*nb)
+		widenRef(ws, ds, m.Data, rb, m.Type, m.Out, nb)
+		for r := 0; r < m.Out; r++ {
+			for k := 0; k < m.In; k++ {
+				q := int16(uint16(ws[(r*nb+k/32)*64+2*(k%32)]) | uint16(ws[(r*nb+k/32)*64+2*(k%32)+1])<<8)
+				v := float64(float32(q) * ds[r*nb+k/32])
+				if m.Type == tensor.I8 {
+					v = float64(q) // the shard scales are the caller's
+				}
+				want := tm.deq[r*m.In+k]
+				if m.Type == tensor.I8 {
+					want = float64(int8(m.Data[r*rb+k]))
+				}
+				if v != want {
+					t.Fatalf("%v row %d element %d: %g·%g = %g, want %g", m.Type, r, k, float64(q), ds[r*nb+k/32], v, want)
+				}
+			}
+		}
+		if active == nil || active.widen == nil {
+			continue
+		}
+		gw, gd := make([]byte, len(ws)), make([]float32, len(ds))
+		active.widen[fastKind(m.Type)].call(&gw[0], &gd[0], &m.Data[0], rb, m.Out, nb)
+		for i := range ws {
+			if gw[i] != ws[i] {
+				t.Fatalf("%v: widened byte %d = %#x, want %#x", m.Type, i, gw[i], ws[i])
+			}
+		}
+		for i := range ds {
+			if !sameBits(gd[i], ds[i]) {
+				t.Fatalf("%v: scale %d = %g, want %g", m.Type, i, gd[i], ds[i])
+			}
+		}
+	}
 }
 
 // TestFastKernelsEqualReference: the fast product with the assembly has
@@ -78,7 +147,7 @@ func TestFastKernelsEqualReference(t *testing.T) {
 		t.Skip("no fast kernels on this machine")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, tm := range fastMats(rng) {
+	for _, tm := range fastMats(t, rng) {
 		m := &tm.m
 		for _, n := range []int{1, 2, 15, 16, 17, 33, 48, 70} {
 			t.Run(fmt.Sprintf("%v_%dx%d_n%d", m.Type, m.Out, m.In, n), func(t *testing.T) {
@@ -125,7 +194,7 @@ func checkSameBits(t *testing.T, got, want []float32) {
 // bits alone and at any place of a ragged batch, in Go and in assembly.
 func TestFastTokenAloneEqualsInBatch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, tm := range fastMats(rng) {
+	for _, tm := range fastMats(t, rng) {
 		m := &tm.m
 		const n = 37
 		x := randInputs(rng, n, m.In)
@@ -159,7 +228,7 @@ func TestFastTokenAloneEqualsInBatch(t *testing.T) {
 func TestFastNearExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	forLevels(t, func(t *testing.T) {
-		for _, tm := range fastMats(rng) {
+		for _, tm := range fastMats(t, rng) {
 			m := &tm.m
 			n := 20
 			x := randInputs(rng, n, m.In)

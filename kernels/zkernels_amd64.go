@@ -2033,6 +2033,16 @@ func widenQ8_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenI8_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
+// widenQ40_VNNI widens nb blocks of each of rows Q4_0 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
+//
+//go:noescape
+func widenQ40_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenIQ4NL_VNNI widens nb blocks of each of rows IQ4_NL weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
+//
+//go:noescape
+func widenIQ4NL_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //
 //go:noescape

@@ -121605,6 +121605,126 @@ blk:
 	VZEROUPPER
 	RET
 
+// func widenQ40_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
+TEXT ·widenQ40_VNNI(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), AX
+	MOVQ    ds+8(FP), CX
+	MOVQ    w+16(FP), DX
+	MOVQ    ldw+24(FP), BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    nb+40(FP), DI
+	VMOVDQU AVX512_bytes0f<>+0(SB), X0
+	VMOVDQU AVX512_bytes08<>+0(SB), X1
+
+row:
+	MOVQ DX, R8
+	MOVQ DI, R9
+
+blk:
+	PREFETCHT0   1152(R8)
+	VMOVDQU      2(R8), X2
+	VPANDD       X0, X2, X3
+	VPSRLW       $0x04, X2, X2
+	VPANDD       X0, X2, X2
+	VPSUBB       X1, X3, X3
+	VPSUBB       X1, X2, X2
+	VINSERTI32X4 $0x01, X2, Y3, Y2
+	VPMOVSXBW    Y2, Z2
+	VMOVDQU32    Z2, (AX)
+	MOVWLZX      (R8), R10
+	VMOVD        R10, X2
+	VCVTPH2PS    X2, X2
+	VMOVSS       X2, (CX)
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000004, CX
+	DECQ         R9
+	JNZ          blk
+	ADDQ         BX, DX
+	DECQ         SI
+	JNZ          row
+	VZEROUPPER
+	RET
+
+DATA AVX512_bytes0f<>+0(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+4(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+8(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+12(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+16(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+20(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+24(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+28(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+32(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+36(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+40(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+44(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+48(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+52(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+56(SB)/4, $0x0f0f0f0f
+DATA AVX512_bytes0f<>+60(SB)/4, $0x0f0f0f0f
+GLOBL AVX512_bytes0f<>(SB), RODATA|NOPTR, $64
+
+DATA AVX512_bytes08<>+0(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+4(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+8(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+12(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+16(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+20(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+24(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+28(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+32(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+36(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+40(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+44(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+48(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+52(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+56(SB)/4, $0x08080808
+DATA AVX512_bytes08<>+60(SB)/4, $0x08080808
+GLOBL AVX512_bytes08<>(SB), RODATA|NOPTR, $64
+
+// func widenIQ4NL_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
+TEXT ·widenIQ4NL_VNNI(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), AX
+	MOVQ    ds+8(FP), CX
+	MOVQ    w+16(FP), DX
+	MOVQ    ldw+24(FP), BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    nb+40(FP), DI
+	VMOVDQU AVX512_bytes0f<>+0(SB), X0
+	VMOVDQU dq_kvalues_iq4nl<>+0(SB), X1
+
+row:
+	MOVQ DX, R8
+	MOVQ DI, R9
+
+blk:
+	PREFETCHT0   1152(R8)
+	VMOVDQU      2(R8), X2
+	VPANDD       X0, X2, X3
+	VPSRLW       $0x04, X2, X2
+	VPANDD       X0, X2, X2
+	VPSHUFB      X3, X1, X3
+	VPSHUFB      X2, X1, X2
+	VINSERTI32X4 $0x01, X2, Y3, Y2
+	VPMOVSXBW    Y2, Z2
+	VMOVDQU32    Z2, (AX)
+	MOVWLZX      (R8), R10
+	VMOVD        R10, X2
+	VCVTPH2PS    X2, X2
+	VMOVSS       X2, (CX)
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000004, CX
+	DECQ         R9
+	JNZ          blk
+	ADDQ         BX, DX
+	DECQ         SI
+	JNZ          row
+	VZEROUPPER
+	RET
+
 // func quant16_VNNI(x *float32, nb int, dst *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL
 TEXT ·quant16_VNNI(SB), NOSPLIT, $0-24

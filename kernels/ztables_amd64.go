@@ -105,6 +105,8 @@ func (k fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx 
 const (
 	k_widenQ8_VNNI widenKernel = iota + 1
 	k_widenI8_VNNI
+	k_widenQ40_VNNI
+	k_widenIQ4NL_VNNI
 )
 
 func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int) {
@@ -113,6 +115,10 @@ func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb
 		widenQ8_VNNI(dst, ds, w, ldw, rows, nb)
 	case k_widenI8_VNNI:
 		widenI8_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenQ40_VNNI:
+		widenQ40_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenIQ4NL_VNNI:
+		widenIQ4NL_VNNI(dst, ds, w, ldw, rows, nb)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -1488,6 +1494,6 @@ var intAVXVNNI = [...]intFamily{
 
 var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}}
 
-var widenVNNI = [...]widenKernel{ikQ8: k_widenQ8_VNNI, ikI8: k_widenI8_VNNI}
+var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI}
 
 const quant16VNNI = k_quant16_VNNI

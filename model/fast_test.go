@@ -119,6 +119,7 @@ func TestFastPrecisionAccuracy(t *testing.T) {
 	}{
 		{"F32", gconvert.FtypeF32},
 		{"Q8_0", gconvert.FtypeQ8_0},
+		{"Q4_0", gconvert.FtypeQ4_0},
 		{"Q4_K_M", gconvert.FtypeQ4_K_M},
 	} {
 		t.Run(c.name, func(t *testing.T) {

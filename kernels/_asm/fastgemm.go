@@ -125,30 +125,56 @@ func genFast(R, V int) {
 	RET()
 }
 
+// wkinds are the weight types the fast product widens (kernels' fk
+// constants, in this order).
+type fkind int
+
+const (
+	fQ8 fkind = iota
+	fI8
+	fQ4_0
+	fIQ4NL
+)
+
+var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL"}
+
 // genWiden emits the widening of k's blocks: per row, nb blocks of 32
-// int8 quants sign-extended to int16 and the block's scale (Q8_0: its fp16
-// d; I8: 1).
-func genWiden(k ikind) string {
-	name := fmt.Sprintf("widen%s_VNNI", k)
+// weights as int16 (Q8_0 and I8: the quants sign-extended; Q4_0: nibble-8;
+// IQ4_NL: kvalues_iq4nl[nibble], element j the low nibble of byte j and
+// j+16 its high one) and the block's scale (its fp16 d; I8: 1).
+func genWiden(k fkind) string {
+	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(fkindNames[k], "_", ""))
 	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s widens nb blocks of each of rows %s weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).", name, k))
+	Doc(fmt.Sprintf("%s widens nb blocks of each of rows %s weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).", name, fkindNames[k]))
 	dst := Load(Param("dst"), GP64())
 	ds := Load(Param("ds"), GP64())
 	w := Load(Param("w"), GP64())
 	ldw := Load(Param("ldw"), GP64())
 	rows := Load(Param("rows"), GP64())
 	nb := Load(Param("nb"), GP64())
-	var one VecVirtual
-	if k == iI8 {
+	var one, mask, tbl VecVirtual
+	switch k {
+	case fI8:
 		one = XMM()
 		g := GP32()
 		MOVL(U32(0x3f800000), g)
 		VMOVD(g, one)
+	case fQ4_0, fIQ4NL:
+		mask, tbl = XMM(), XMM()
+		VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
+		if k == fIQ4NL {
+			VMOVDQU((&dq{a: avx512}).levels(), tbl)
+		} else {
+			VMOVDQU(avx512.constVec("bytes08", 0x08080808), tbl)
+		}
 	}
 	qoff, step := 2, 34
-	if k == iI8 {
+	switch k {
+	case fI8:
 		qoff, step = 0, 32
+	case fQ4_0, fIQ4NL:
+		step = 18
 	}
 	Label("row")
 	p := GP64()
@@ -161,17 +187,36 @@ func genWiden(k ikind) string {
 	// short a run for the hardware prefetcher).
 	PREFETCHT0(Mem{Base: p, Disp: 64 * step})
 	z := ZMM()
-	VPMOVSXBW(Mem{Base: p, Disp: qoff}, z)
+	switch k {
+	case fQ8, fI8:
+		VPMOVSXBW(Mem{Base: p, Disp: qoff}, z)
+	default:
+		x, lo, hi := XMM(), XMM(), XMM()
+		VMOVDQU(Mem{Base: p, Disp: qoff}, x)
+		VPANDD(mask, x, lo)
+		VPSRLW(U8(4), x, hi)
+		VPANDD(mask, hi, hi)
+		if k == fIQ4NL {
+			VPSHUFB(lo, tbl, lo)
+			VPSHUFB(hi, tbl, hi)
+		} else {
+			VPSUBB(tbl, lo, lo)
+			VPSUBB(tbl, hi, hi)
+		}
+		y := YMM()
+		VINSERTI32X4(U8(1), hi, lo.AsY(), y)
+		VPMOVSXBW(y, z)
+	}
 	VMOVDQU32(z, Mem{Base: dst})
-	if k == iQ8 {
+	if k == fI8 {
+		VMOVSS(one, Mem{Base: ds})
+	} else {
 		h, f := XMM(), XMM()
 		g := GP32()
 		MOVWLZX(Mem{Base: p}, g)
 		VMOVD(g, h)
 		VCVTPH2PS(h, f)
 		VMOVSS(f, Mem{Base: ds})
-	} else {
-		VMOVSS(one, Mem{Base: ds})
 	}
 	ADDQ(U32(step), p)
 	ADDQ(U32(64), dst)
@@ -200,8 +245,8 @@ func genFastTable(tb *strings.Builder) {
 	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}}\n",
 		R, V, strings.Join(full, ", "), strings.Join(one, ", "))
 	var widen []string
-	for k := iQ8; k <= iI8; k++ {
-		widen = append(widen, fmt.Sprintf("ik%s: %s", k, widenGroup.add(genWiden(k))))
+	for k := fQ8; k <= fIQ4NL; k++ {
+		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
 	fmt.Fprintf(tb, "\nconst quant16VNNI = %s\n", quant16Group.add(genQuant16()))
