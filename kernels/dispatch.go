@@ -60,6 +60,11 @@ type (
 	// (fastMatMul): (ws *byte, ldw int, ds *float32, ldd int, xa *byte,
 	// ldx int, nb int, out *float32, ldo int).
 	fastKernel uint16
+	// fastMKernel is fastKernel for weights with a min per block, whose
+	// -dmin·m (dm, the same stride as ds) times the activations' sums it
+	// adds: (ws *byte, ldw int, ds *float32, dm *float32, ldd int,
+	// xa *byte, ldx int, nb int, out *float32, ldo int).
+	fastMKernel uint16
 	// widenKernel widens nb blocks of rows weight rows to int16 and
 	// float32 scales for the fast tile: (dst *byte, ds *float32, w *byte,
 	// ldw int, rows int, nb int).

@@ -58,6 +58,7 @@ const (
 	fkI8
 	fkQ4_0
 	fkIQ4_NL
+	fkQ4_K // with a min per block (fastMKernel)
 	numFK
 )
 
@@ -72,6 +73,8 @@ func fastKind(t tensor.DType) int {
 		return fkQ4_0
 	case tensor.IQ4_NL:
 		return fkIQ4_NL
+	case tensor.Q4_K:
+		return fkQ4_K
 	}
 	return -1
 }
@@ -172,8 +175,10 @@ const fastLanes = 16
 // fastActs holds the activations of a fast product, quantised per token
 // in blocks of 32 to int16 (quantizeBlock16) and interleaved 16 tokens to
 // a vector group: per group and block, 16 × 64 bytes of quants (pair p,
-// lane l: quants 2p and 2p+1 of token 16g+l), then 16 float32 scales
-// (fastBlock bytes). Lanes past the last token are zero.
+// lane l: quants 2p and 2p+1 of token 16g+l), then 16 float32 scales d and
+// 16 float32 sums d·Σq (rounded once; Σq is exact in float32), which the
+// weights with a min per block multiply (fastBlock bytes). Lanes past the
+// last token are zero.
 type fastActs struct {
 	buf    []byte
 	groups int // vector groups: ⌈n/16⌉
@@ -181,8 +186,9 @@ type fastActs struct {
 }
 
 const (
-	fastBlock = 1088 // bytes of one block of one group
+	fastBlock = 1152 // bytes of one block of one group
 	fastDX    = 1024
+	fastSX    = 1088 // dx·Σq, for the weights with mins
 )
 
 // stride is the bytes of one group.
@@ -253,10 +259,13 @@ func (a *fastActs) quantize(x []float32, In, t0, t1 int, qk quant16Kernel) {
 		for b := 0; b < a.nbt; b++ {
 			d := quantizeBlock16(q[:], xs[b*32:(b+1)*32])
 			blk := base[b*fastBlock : (b+1)*fastBlock]
+			var sum int32
 			for p := 0; p < 16; p++ {
 				putU32(blk[64*p+4*l:], uint32(uint16(q[2*p]))|uint32(uint16(q[2*p+1]))<<16)
+				sum += int32(q[2*p]) + int32(q[2*p+1])
 			}
 			putF32(blk[fastDX+4*l:], d)
+			putF32(blk[fastSX+4*l:], float32(d*float32(sum)))
 		}
 	}
 }
@@ -276,8 +285,9 @@ func getF32(b []byte) float32 {
 // A fastFamily is the fast product kernels: R rows (full) or 1 row (one)
 // by 1..V vectors of 16 tokens (index V-1).
 type fastFamily struct {
-	R, V      int
-	full, one []fastKernel
+	R, V        int
+	full, one   []fastKernel
+	fullM, oneM []fastMKernel // with mins
 }
 
 // fastRows is the rows of a block of fastMatMul: a 64-byte line of each
@@ -303,10 +313,10 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
-	scaled := m.Type == tensor.I8
-	shards, seg, bpb := 1, In, m.Type.BlockBytes()
+	scaled, mins := m.Type == tensor.I8, m.Type == tensor.Q4_K
+	shards, seg := 1, In
 	if scaled {
-		shards, seg, bpb = m.Shards, In/m.Shards, 32
+		shards, seg = m.Shards, In/m.Shards
 		for t := t0; t < t1; t++ {
 			clear(dst[t*Out+lo : t*Out+hi])
 		}
@@ -318,9 +328,10 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	const gsz = fastRows * fastLanes // a group's tiles: [row][lane]
 	nbs, span := seg/32, dotSpan/32
-	tp := getScratch((g1-g0)*gsz + R*span)
+	tp := getScratch((g1-g0)*gsz + 2*R*span)
 	defer scratchPool.Put(tp)
-	tiles, ds := (*tp)[:(g1-g0)*gsz], (*tp)[(g1-g0)*gsz:]
+	tiles, ds := (*tp)[:(g1-g0)*gsz], (*tp)[(g1-g0)*gsz:] // ds: scales, then mins
+
 	wp := bytePool.Get().(*[]byte)
 	defer bytePool.Put(wp)
 	if cap(*wp) < R*span*64 {
@@ -330,25 +341,37 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	// tile widens rows [r0, r0+rows) of the block starting at p0, blocks
 	// [kb, kb+nb), and runs the kernel (or its twin) over every group.
 	tile := func(p0, r0, rows, kb, nb int) {
-		w := m.Data[r0*rb+kb*bpb:]
+		w := m.Data[r0*rb+weightOffset(m.Type, kb*32):]
 		if fam != nil {
-			_ = w[(rows-1)*rb+nb*bpb-1] // the kernel reads these bytes
+			_ = w[(rows-1)*rb+weightOffset(m.Type, nb*32)-1] // the kernel reads these bytes
 			widen.call(&ws[0], &ds[0], &w[0], rb, rows, nb)
 		} else {
 			widenRef(ws, ds, w, rb, m.Type, rows, nb)
 		}
+		dm := ds[rows*nb:] // mins, for Q4_K
 		for g := g0; g < g1; g += V {
 			v := min(V, g1-g)
 			xo := g*a.stride() + kb*fastBlock
 			out := tiles[(g-g0)*gsz+(r0-p0)*fastLanes:]
-			if fam != nil {
+			switch {
+			case fam == nil:
+				var mn []float32
+				if mins {
+					mn = dm
+				}
+				fastTileRef(out, gsz, ws, ds, mn, nb, a.buf[xo:], a.stride(), rows, v)
+			case mins:
+				kern := fam.fullM
+				if rows < R {
+					kern = fam.oneM
+				}
+				kern[v-1].call(&ws[0], nb*64, &ds[0], &dm[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
+			default:
 				kern := fam.full
 				if rows < R {
 					kern = fam.one
 				}
 				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
-			} else {
-				fastTileRef(out, gsz, ws, ds, nb, a.buf[xo:], a.stride(), rows, v)
 			}
 		}
 	}
@@ -415,6 +438,10 @@ func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
 // nibble of byte j, j+16 its high one), each times the block's fp16 d (I8:
 // 1). tensor.DecodeRow gives d times these integers.
 func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
+	if t == tensor.Q4_K {
+		widenQ4KRef(ws, ds, w, ldw, rows, nb)
+		return
+	}
 	bpb := t.BlockBytes()
 	if t == tensor.I8 {
 		bpb = 32
@@ -454,6 +481,41 @@ func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, 
 	}
 }
 
+// widenQ4KRef is widenRef for Q4_K (nb blocks of 32, whole super-blocks):
+// block 2i of a super-block the low nibbles of its bytes 32i..32i+31,
+// block 2i+1 their high ones, ds = d·sc and, at ds[rows·nb:], dm =
+// -(dmin·m) for each block's 6-bit scale and min (ggml's
+// get_scale_min_k4), rounded as tensor's dequantiser rounds them.
+func widenQ4KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
+	dm := ds[rows*nb:]
+	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
+	for r := 0; r < rows; r++ {
+		for s := 0; s < nb/8; s++ {
+			blk := w[r*ldw+s*144 : r*ldw+(s+1)*144]
+			d := tensor.HalfToFloat(uint16(blk[0]) | uint16(blk[1])<<8)
+			dmin := tensor.HalfToFloat(uint16(blk[2]) | uint16(blk[3])<<8)
+			sc := blk[4:16]
+			b0 := r*nb + 8*s
+			for j := 0; j < 8; j++ {
+				var s6, m6 byte
+				if j < 4 {
+					s6, m6 = sc[j]&63, sc[j+4]&63
+				} else {
+					s6, m6 = sc[j+4]&0x0f|sc[j-4]>>6<<4, sc[j+4]>>4|sc[j]>>6<<4
+				}
+				ds[b0+j] = d * float32(s6)
+				dm[b0+j] = -float32(dmin * float32(m6))
+			}
+			for i := 0; i < 4; i++ {
+				for k, v := range blk[16+32*i : 16+32*i+32] {
+					put((b0+2*i)*64+2*k, int16(v&15))
+					put((b0+2*i+1)*64+2*k, int16(v>>4))
+				}
+			}
+		}
+	}
+}
+
 // kvaluesIQ4NL is ggml's kvalues_iq4nl, the levels of IQ4_NL's nibbles
 // (tensor's own copy is tested equal through tensor.DecodeRow).
 var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
@@ -462,10 +524,11 @@ var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
 // are tested to equal bit for bit: for rows rows of widened weights (ws,
 // ds as widenRef leaves them, nb blocks a row) and v vectors of tokens,
 // lane by lane, each block's exact integer Σ w·q converted to float32 and
-// added with one rounding (fma32) times ds·dx rounded, from zero over the
+// added with one rounding (fma32) times ds·dx rounded, and with dm (the
+// types with mins) dm·(dx·Σq) added with one rounding, from zero over the
 // nb blocks; the sum is then added to tile[j·ldo + 16r + l] (ldo in
 // floats).
-func fastTileRef(tile []float32, ldo int, ws []byte, ds []float32, nb int, xa []byte, ldx, rows, v int) {
+func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, nb int, xa []byte, ldx, rows, v int) {
 	for r := 0; r < rows; r++ {
 		for j := 0; j < v; j++ {
 			for l := 0; l < fastLanes; l++ {
@@ -482,6 +545,9 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds []float32, nb int, xa []
 					}
 					c := float32(ds[r*nb+b] * getF32(xb[fastDX+4*l:]))
 					acc = fma32(float32(s), c, acc)
+					if dm != nil {
+						acc = fma32(getF32(xb[fastSX+4*l:]), dm[r*nb+b], acc)
+					}
 				}
 				tile[j*ldo+r*fastLanes+l] += acc
 			}

@@ -67,8 +67,8 @@ func fastMats(t *testing.T, rng *rand.Rand) []testMat {
 	} {
 		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
 	}
-	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL} {
-		for _, sz := range [][2]int{{9, 64}, {16, 2048 + 96}} {
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K} {
+		for _, sz := range [][2]int{{9, 256}, {16, 2048 + 256}} {
 			ms = append(ms, blockTestMat(t, rng, dt, sz[0], sz[1]))
 		}
 	}
@@ -103,12 +103,15 @@ func TestWidenRefMatchesDecodeRow(t *testing.T) {
 		m := &tm.m
 		nb := m.In / 32
 		rb, _ := m.Type.RowBytes(m.In)
-		ws, ds := make([]byte, m.Out*nb*64), make([]float32, m.Out*nb)
+		ws, ds := make([]byte, m.Out*nb*64), make([]float32, 2*m.Out*nb)
 		widenRef(ws, ds, m.Data, rb, m.Type, m.Out, nb)
 		for r := 0; r < m.Out; r++ {
 			for k := 0; k < m.In; k++ {
 				q := int16(uint16(ws[(r*nb+k/32)*64+2*(k%32)]) | uint16(ws[(r*nb+k/32)*64+2*(k%32)+1])<<8)
 				v := float64(float32(q) * ds[r*nb+k/32])
+				if m.Type == tensor.Q4_K { // (d·sc)·q - dmin·m
+					v = float64(float32(float32(q)*ds[r*nb+k/32]) + ds[m.Out*nb+r*nb+k/32])
+				}
 				if m.Type == tensor.I8 {
 					v = float64(q) // the shard scales are the caller's
 				}
@@ -251,9 +254,9 @@ func TestFastNearExact(t *testing.T) {
 				}
 			}
 		}
-		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q4_K} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q6_K} {
 			tm := newTestMat(rng, dt, false, 8, 256, 1, 0)
-			if dt == tensor.Q4_K {
+			if dt == tensor.Q6_K {
 				tm.m = randBlockMat(t, rng, dt, 8, 256)
 			}
 			x := randInputs(rng, 3, 256)

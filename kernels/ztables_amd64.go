@@ -81,6 +81,28 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 }
 
 const (
+	k_fast16m_4x1_VNNI fastMKernel = iota + 1
+	k_fast16m_1x1_VNNI
+	k_fast16m_4x2_VNNI
+	k_fast16m_1x2_VNNI
+)
+
+func (k fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+	switch k {
+	case k_fast16m_4x1_VNNI:
+		fast16m_4x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16m_1x1_VNNI:
+		fast16m_1x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16m_4x2_VNNI:
+		fast16m_4x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16m_1x2_VNNI:
+		fast16m_1x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
 	k_fast16_4x1_VNNI fastKernel = iota + 1
 	k_fast16_1x1_VNNI
 	k_fast16_4x2_VNNI
@@ -107,6 +129,7 @@ const (
 	k_widenI8_VNNI
 	k_widenQ40_VNNI
 	k_widenIQ4NL_VNNI
+	k_widenQ4K_VNNI
 )
 
 func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int) {
@@ -119,6 +142,8 @@ func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb
 		widenQ40_VNNI(dst, ds, w, ldw, rows, nb)
 	case k_widenIQ4NL_VNNI:
 		widenIQ4NL_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenQ4K_VNNI:
+		widenQ4K_VNNI(dst, ds, w, ldw, rows, nb)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -1492,8 +1517,8 @@ var intAVXVNNI = [...]intFamily{
 	ikI8: {R: 2, T: 3, B: 1, full: []intKernel{k_intI8_2x1_AVXVNNI, k_intI8_2x2_AVXVNNI, k_intI8_2x3_AVXVNNI}, one: []intKernel{k_intI8_1x1_AVXVNNI, k_intI8_1x2_AVXVNNI, k_intI8_1x3_AVXVNNI}},
 }
 
-var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}}
+var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}, fullM: []fastMKernel{k_fast16m_4x1_VNNI, k_fast16m_4x2_VNNI}, oneM: []fastMKernel{k_fast16m_1x1_VNNI, k_fast16m_1x2_VNNI}}
 
-var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI}
+var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI}
 
 const quant16VNNI = k_quant16_VNNI

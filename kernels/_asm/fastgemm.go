@@ -28,13 +28,17 @@ import (
 // knows the type. Every lane runs the same instruction sequence whatever
 // the tile, so a token's bits do not depend on which tokens share its
 // vector. Activation block (per vector of 16 tokens): 16 pairs × 64 bytes,
-// then 16 float32 scales dx.
+// then 16 float32 scales dx and 16 float32 sums dx·Σq. Weight types with a
+// min per block (Q4_K) take the kernels with mins, which add the block's
+// -dmin·m (a third side buffer) times dx·Σq.
 const (
-	fastBlock = 1088
+	fastBlock = 1152
 	fastDX    = 1024
+	fastSX    = 1088 // dx·Σq: the block's sum, for the types with mins
 )
 
 var (
+	fastMGroup = newGroup("fastMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo")
 	fastGroup  = newGroup("fastKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
 	widenGroup = newGroup("widenKernel", "dst *byte, ds *float32, w *byte, ldw int, rows int, nb int", "dst, ds, w, ldw, rows, nb")
 )
@@ -43,16 +47,34 @@ var (
 // (R·V int32 and R·V float32 accumulators, V activation vectors).
 func fastShape() (R, V int) { return 4, 2 }
 
-func fastName(R, V int) string { return fmt.Sprintf("fast16_%dx%d_VNNI", R, V) }
+func fastName(R, V int, mins bool) string {
+	if mins {
+		return fmt.Sprintf("fast16m_%dx%d_VNNI", R, V)
+	}
+	return fmt.Sprintf("fast16_%dx%d_VNNI", R, V)
+}
 
-func genFast(R, V int) {
-	name := fastName(R, V)
-	TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)")
+func genFast(R, V int, mins bool) {
+	name := fastName(R, V, mins)
+	if mins {
+		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)")
+	} else {
+		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)")
+	}
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
-		name, R, V))
+	extra := ""
+	if mins {
+		extra = " + dm[r][b]·sx[v][l][b]"
+	}
+	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
+		name, extra, R, V))
 	ws := newStrided(Load(Param("ws"), GP64()), Load(Param("ldw"), GP64()), R)
-	ds := newStrided(Load(Param("ds"), GP64()), Load(Param("ldd"), GP64()), R)
+	ldd := Load(Param("ldd"), GP64())
+	ds := newStrided(Load(Param("ds"), GP64()), ldd, R)
+	var dm *strided
+	if mins {
+		dm = &strided{base: Load(Param("dm"), GP64()), stride: ldd, stride3: ds.stride3, rows: R}
+	}
 	xa := Load(Param("xa"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	nb := Load(Param("nb"), GP64())
@@ -93,10 +115,14 @@ func genFast(R, V int) {
 			}
 		}
 	}
-	dx := make([]VecVirtual, V)
+	dx, sx := make([]VecVirtual, V), make([]VecVirtual, V)
 	for v := range dx {
 		dx[v] = ZMM()
 		VMOVUPS(xat(v, fastDX), dx[v])
+		if mins {
+			sx[v] = ZMM()
+			VMOVUPS(xat(v, fastSX), sx[v])
+		}
 	}
 	for r := 0; r < R; r++ {
 		for v := 0; v < V; v++ {
@@ -104,10 +130,16 @@ func genFast(R, V int) {
 			c := ZMM()
 			VMULPS_BCST(ds.at(r, 0), dx[v], c) // dw·dx, rounded
 			VFMADD231PS(c, acc[r][v], out[r][v])
+			if mins {
+				VFMADD231PS_BCST(dm.at(r, 0), sx[v], out[r][v]) // + (-dmin·m)·dx·Σq
+			}
 		}
 	}
 	ws.advance(64)
 	ds.advance(4)
+	if mins {
+		ADDQ(U32(4), dm.base)
+	}
 	ADDQ(U32(fastBlock), xa)
 	DECQ(nb)
 	JNZ(LabelRef("loop"))
@@ -134,15 +166,19 @@ const (
 	fI8
 	fQ4_0
 	fIQ4NL
+	fQ4K
 )
 
-var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL"}
+var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K"}
 
 // genWiden emits the widening of k's blocks: per row, nb blocks of 32
 // weights as int16 (Q8_0 and I8: the quants sign-extended; Q4_0: nibble-8;
 // IQ4_NL: kvalues_iq4nl[nibble], element j the low nibble of byte j and
 // j+16 its high one) and the block's scale (its fp16 d; I8: 1).
 func genWiden(k fkind) string {
+	if k == fQ4K {
+		return genWidenQ4K()
+	}
 	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(fkindNames[k], "_", ""))
 	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
 	Pragma("noescape")
@@ -231,21 +267,128 @@ func genWiden(k fkind) string {
 	return name
 }
 
+// genWidenQ4K widens Q4_K: per super-block of 256 (8 blocks of 32), the
+// nibbles zero-extended (block 2i the low nibbles of bytes 32i..32i+31,
+// block 2i+1 their high ones), ds = d·sc and dm = -(dmin·m) for each
+// block's 6-bit scale and min (ggml's get_scale_min_k4), each product
+// rounded to float32 as tensor's dequantiser rounds it. nb counts blocks
+// of 32 (a multiple of 8).
+func genWidenQ4K() string {
+	name := "widenQ4K_VNNI"
+	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
+	Pragma("noescape")
+	Doc(name + " widens nb/8 Q4_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), their scales d·sc at ds (at r·nb+b) and -(dmin·m) at ds + 4·rows·nb.")
+	dst := Load(Param("dst"), GP64())
+	ds := Load(Param("ds"), GP64())
+	w := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	rows := Load(Param("rows"), GP64())
+	nb := Load(Param("nb"), GP64())
+	// dm = ds + 4·rows·nb
+	dm := GP64()
+	MOVQ(rows, dm)
+	IMULQ(nb, dm)
+	LEAQ(Mem{Base: ds, Index: dm, Scale: 4}, dm)
+	SHRQ(U8(3), nb) // super-blocks
+	mask := YMM()
+	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
+	sign := XMM()
+	VMOVSS(avx512.constVec("signmask", 0x80000000), sign)
+	Label("row")
+	p := GP64()
+	MOVQ(w, p)
+	j := GP64()
+	MOVQ(nb, j)
+	Label("sb")
+	PREFETCHT0(Mem{Base: p, Disp: 8 * 144})
+	PREFETCHT0(Mem{Base: p, Disp: 8*144 + 64})
+	PREFETCHT0(Mem{Base: p, Disp: 8*144 + 128})
+	d, dmin := XMM(), XMM()
+	g := GP32()
+	MOVWLZX(Mem{Base: p}, g)
+	VMOVD(g, d)
+	VCVTPH2PS(d, d)
+	MOVWLZX(Mem{Base: p, Disp: 2}, g)
+	VMOVD(g, dmin)
+	VCVTPH2PS(dmin, dmin)
+	for i := 0; i < 4; i++ {
+		y, lo, hi := YMM(), YMM(), YMM()
+		VMOVDQU(Mem{Base: p, Disp: 16 + 32*i}, y)
+		VPAND(mask, y, lo)
+		VPSRLW(U8(4), y, hi)
+		VPAND(mask, hi, hi)
+		zl, zh := ZMM(), ZMM()
+		VPMOVZXBW(lo, zl)
+		VPMOVZXBW(hi, zh)
+		VMOVDQU32(zl, Mem{Base: dst, Disp: 128 * i})
+		VMOVDQU32(zh, Mem{Base: dst, Disp: 128*i + 64})
+	}
+	sc := func(b int) Mem { return Mem{Base: p, Disp: 4 + b} }
+	for jj := 0; jj < 8; jj++ {
+		s, m, t := GP32(), GP32(), GP32()
+		if jj < 4 {
+			MOVBLZX(sc(jj), s)
+			ANDL(U32(63), s)
+			MOVBLZX(sc(jj+4), m)
+			ANDL(U32(63), m)
+		} else {
+			MOVBLZX(sc(jj+4), s)
+			ANDL(U32(15), s)
+			MOVBLZX(sc(jj-4), t)
+			SHRL(U8(6), t)
+			SHLL(U8(4), t)
+			ORL(t, s)
+			MOVBLZX(sc(jj+4), m)
+			SHRL(U8(4), m)
+			MOVBLZX(sc(jj), t)
+			SHRL(U8(6), t)
+			SHLL(U8(4), t)
+			ORL(t, m)
+		}
+		fs, fm := XMM(), XMM()
+		VXORPS(fs, fs, fs)
+		VCVTSI2SSL(s, fs, fs)
+		VMULSS(d, fs, fs)
+		VMOVSS(fs, Mem{Base: ds, Disp: 4 * jj})
+		VXORPS(fm, fm, fm)
+		VCVTSI2SSL(m, fm, fm)
+		VMULSS(dmin, fm, fm)
+		VXORPS(sign, fm, fm)
+		VMOVSS(fm, Mem{Base: dm, Disp: 4 * jj})
+	}
+	ADDQ(U32(144), p)
+	ADDQ(U32(8*64), dst)
+	ADDQ(U32(32), ds)
+	ADDQ(U32(32), dm)
+	DECQ(j)
+	JNZ(LabelRef("sb"))
+	ADDQ(ldw, w)
+	DECQ(rows)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+	return name
+}
+
 // genFastTable generates the fast kernels and their tables fastVNNI and
 // widenVNNI.
 func genFastTable(tb *strings.Builder) {
 	R, V := fastShape()
-	var full, one []string
+	var full, one, fullM, oneM []string
 	for v := 1; v <= V; v++ {
-		genFast(R, v)
-		genFast(1, v)
-		full = append(full, fastGroup.add(fastName(R, v)))
-		one = append(one, fastGroup.add(fastName(1, v)))
+		genFast(R, v, false)
+		genFast(1, v, false)
+		genFast(R, v, true)
+		genFast(1, v, true)
+		full = append(full, fastGroup.add(fastName(R, v, false)))
+		one = append(one, fastGroup.add(fastName(1, v, false)))
+		fullM = append(fullM, fastMGroup.add(fastName(R, v, true)))
+		oneM = append(oneM, fastMGroup.add(fastName(1, v, true)))
 	}
-	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}}\n",
-		R, V, strings.Join(full, ", "), strings.Join(one, ", "))
+	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}}\n",
+		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "))
 	var widen []string
-	for k := fQ8; k <= fIQ4NL; k++ {
+	for k := fQ8; k <= fQ4K; k++ {
 		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
@@ -337,6 +480,22 @@ func genQuant16() string {
 			VINSERTI64X4(U8(1), h, q, q)
 		}
 	}
+	// dx·Σq: the pairs' sums (VPMADDWD by ones), then the lanes'.
+	sq := ZMM()
+	VPMADDWD(a.constVec("ones16", 0x00010001), q, sq)
+	sy := YMM()
+	VEXTRACTI64X4(U8(1), sq, sy)
+	VPADDD(sy, sq.AsY(), sy)
+	sxm, tx := XMM(), XMM()
+	VEXTRACTI32X4(U8(1), sy, sxm)
+	VPADDD(sxm, sy.AsX(), sxm)
+	VPSHUFD(U8(0x4E), sxm, tx)
+	VPADDD(tx, sxm, sxm)
+	VPSHUFD(U8(0xB1), sxm, tx)
+	VPADDD(tx, sxm, sxm)
+	VCVTDQ2PS(sxm, sxm)
+	VMULSS(d.AsX(), sxm, sxm)
+	VMOVSS(sxm, Mem{Base: dst, Disp: fastSX})
 	ks := K()
 	KXNORW(ks, ks, ks)
 	VPSCATTERDD(q, ks, Mem{Base: dst, Index: ix, Scale: 1})
@@ -353,6 +512,7 @@ func genQuant16() string {
 	nan := ZMM()
 	VMOVUPS(a.constVec("nan", 0x7fc00000), nan)
 	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastDX})
+	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastSX})
 	z := ZMM()
 	VXORPS(z, z, z)
 	k := K()
