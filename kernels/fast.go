@@ -17,8 +17,9 @@ const (
 	Exact Precision = iota
 	// Fast quantises each token's activations to int16 in blocks of 32
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
-	// weights are blocks of 32 small integers times one scale (Q8_0,
-	// Q4_0, IQ4_NL; [out, in] I8) and the CPU has AVX-512 VNNI;
+	// weights are blocks of 32 small integers times one scale, less a
+	// min for Q4_K (Q8_0, Q4_0, IQ4_NL, Q4_K; [out, in] I8) and the CPU
+	// has AVX-512 VNNI;
 	// everything else runs as Exact. Each token is quantised alone and
 	// its sums follow a fixed grid, so its bits still do not depend on its
 	// batch.
@@ -90,8 +91,8 @@ func fastFor(m *Mat) bool {
 }
 
 // MatMulRowsP is MatMulRows at precision p. Under Fast the kernels in use
-// decide (FastTypes): with AVX-512 VNNI, Q8_0, Q4_0, IQ4_NL and [out, in]
-// I8 products take fastMatMul; without it, and for every other type, the
+// decide (FastTypes): with AVX-512 VNNI, Q8_0, Q4_0, IQ4_NL, Q4_K and
+// [out, in] I8 products take fastMatMul; without it, and for every other type, the
 // product is MatMulRows' own.
 func MatMulRowsP(dst, x []float32, n int, m *Mat, lo, hi int, p Precision) {
 	if p != Fast || !fastFor(m) || active == nil || active.fast == nil {
