@@ -18,7 +18,8 @@ const (
 	// Fast quantises each token's activations to int16 in blocks of 32
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
 	// weights are blocks of 32 small integers times one scale, less a
-	// min for Q4_K (Q8_0, Q4_0, IQ4_NL, Q4_K; [out, in] I8) and the CPU
+	// min for Q4_K and Q5_K (Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K; [out, in]
+	// I8) and the CPU
 	// has AVX-512 VNNI;
 	// everything else runs as Exact. Each token is quantised alone and
 	// its sums follow a fixed grid, so its bits still do not depend on its
@@ -60,6 +61,7 @@ const (
 	fkQ4_0
 	fkIQ4_NL
 	fkQ4_K // with a min per block (fastMKernel)
+	fkQ5_K // with a min per block
 	numFK
 )
 
@@ -76,6 +78,8 @@ func fastKind(t tensor.DType) int {
 		return fkIQ4_NL
 	case tensor.Q4_K:
 		return fkQ4_K
+	case tensor.Q5_K:
+		return fkQ5_K
 	}
 	return -1
 }
@@ -91,8 +95,8 @@ func fastFor(m *Mat) bool {
 }
 
 // MatMulRowsP is MatMulRows at precision p. Under Fast the kernels in use
-// decide (FastTypes): with AVX-512 VNNI, Q8_0, Q4_0, IQ4_NL, Q4_K and
-// [out, in] I8 products take fastMatMul; without it, and for every other type, the
+// decide (FastTypes): with AVX-512 VNNI, Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K
+// and [out, in] I8 products take fastMatMul; without it, and for every other type, the
 // product is MatMulRows' own.
 func MatMulRowsP(dst, x []float32, n int, m *Mat, lo, hi int, p Precision) {
 	if p != Fast || !fastFor(m) || active == nil || active.fast == nil {
@@ -314,7 +318,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
-	scaled, mins := m.Type == tensor.I8, m.Type == tensor.Q4_K
+	scaled, mins := m.Type == tensor.I8, m.Type == tensor.Q4_K || m.Type == tensor.Q5_K
 	shards, seg := 1, In
 	if scaled {
 		shards, seg = m.Shards, In/m.Shards
@@ -349,7 +353,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		} else {
 			widenRef(ws, ds, w, rb, m.Type, rows, nb)
 		}
-		dm := ds[rows*nb:] // mins, for Q4_K
+		dm := ds[rows*nb:] // mins, for Q4_K and Q5_K
 		for g := g0; g < g1; g += V {
 			v := min(V, g1-g)
 			xo := g*a.stride() + kb*fastBlock
@@ -439,8 +443,8 @@ func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
 // nibble of byte j, j+16 its high one), each times the block's fp16 d (I8:
 // 1). tensor.DecodeRow gives d times these integers.
 func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
-	if t == tensor.Q4_K {
-		widenQ4KRef(ws, ds, w, ldw, rows, nb)
+	if t == tensor.Q4_K || t == tensor.Q5_K {
+		widenQKRef(ws, ds, w, ldw, t == tensor.Q5_K, rows, nb)
 		return
 	}
 	bpb := t.BlockBytes()
@@ -482,17 +486,22 @@ func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, 
 	}
 }
 
-// widenQ4KRef is widenRef for Q4_K (nb blocks of 32, whole super-blocks):
-// block 2i of a super-block the low nibbles of its bytes 32i..32i+31,
-// block 2i+1 their high ones, ds = d·sc and, at ds[rows·nb:], dm =
-// -(dmin·m) for each block's 6-bit scale and min (ggml's
-// get_scale_min_k4), rounded as tensor's dequantiser rounds them.
-func widenQ4KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
+// widenQKRef is widenRef for Q4_K and Q5_K (nb blocks of 32, whole
+// super-blocks): block 2i of a super-block the low nibbles of its quant
+// bytes 32i..32i+31, block 2i+1 their high ones (Q5_K: plus 16 where bit
+// 2i, resp. 2i+1, of the matching qh byte is set), ds = d·sc and, at
+// ds[rows·nb:], dm = -(dmin·m) for each block's 6-bit scale and min
+// (ggml's get_scale_min_k4), rounded as tensor's dequantiser rounds them.
+func widenQKRef(ws []byte, ds []float32, w []byte, ldw int, q5 bool, rows, nb int) {
 	dm := ds[rows*nb:]
 	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
+	sb, qs := 144, 16
+	if q5 {
+		sb, qs = 176, 48
+	}
 	for r := 0; r < rows; r++ {
 		for s := 0; s < nb/8; s++ {
-			blk := w[r*ldw+s*144 : r*ldw+(s+1)*144]
+			blk := w[r*ldw+s*sb : r*ldw+(s+1)*sb]
 			d := tensor.HalfToFloat(uint16(blk[0]) | uint16(blk[1])<<8)
 			dmin := tensor.HalfToFloat(uint16(blk[2]) | uint16(blk[3])<<8)
 			sc := blk[4:16]
@@ -508,9 +517,15 @@ func widenQ4KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 				dm[b0+j] = -float32(dmin * float32(m6))
 			}
 			for i := 0; i < 4; i++ {
-				for k, v := range blk[16+32*i : 16+32*i+32] {
-					put((b0+2*i)*64+2*k, int16(v&15))
-					put((b0+2*i+1)*64+2*k, int16(v>>4))
+				for k, v := range blk[qs+32*i : qs+32*i+32] {
+					lo, hi := int16(v&15), int16(v>>4)
+					if q5 {
+						h := blk[16+k]
+						lo += int16(h>>(2*i)&1) << 4
+						hi += int16(h>>(2*i+1)&1) << 4
+					}
+					put((b0+2*i)*64+2*k, lo)
+					put((b0+2*i+1)*64+2*k, hi)
 				}
 			}
 		}

@@ -2063,10 +2063,15 @@ func widenQ40_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenIQ4NL_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
-// widenQ4K_VNNI widens nb/8 Q4_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), their scales d·sc at ds (at r·nb+b) and -(dmin·m) at ds + 4·rows·nb.
+// widenQ4K_VNNI widens nb/8 super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), their scales d·sc at ds (at r·nb+b) and -(dmin·m) at ds + 4·rows·nb.
 //
 //go:noescape
 func widenQ4K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenQ5K_VNNI widens nb/8 super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), their scales d·sc at ds (at r·nb+b) and -(dmin·m) at ds + 4·rows·nb.
+//
+//go:noescape
+func widenQ5K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //

@@ -167,17 +167,18 @@ const (
 	fQ4_0
 	fIQ4NL
 	fQ4K
+	fQ5K
 )
 
-var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K"}
+var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K"}
 
 // genWiden emits the widening of k's blocks: per row, nb blocks of 32
 // weights as int16 (Q8_0 and I8: the quants sign-extended; Q4_0: nibble-8;
 // IQ4_NL: kvalues_iq4nl[nibble], element j the low nibble of byte j and
 // j+16 its high one) and the block's scale (its fp16 d; I8: 1).
 func genWiden(k fkind) string {
-	if k == fQ4K {
-		return genWidenQ4K()
+	if k == fQ4K || k == fQ5K {
+		return genWidenQK(k == fQ5K)
 	}
 	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(fkindNames[k], "_", ""))
 	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
@@ -267,17 +268,22 @@ func genWiden(k fkind) string {
 	return name
 }
 
-// genWidenQ4K widens Q4_K: per super-block of 256 (8 blocks of 32), the
-// nibbles zero-extended (block 2i the low nibbles of bytes 32i..32i+31,
-// block 2i+1 their high ones), ds = d·sc and dm = -(dmin·m) for each
-// block's 6-bit scale and min (ggml's get_scale_min_k4), each product
-// rounded to float32 as tensor's dequantiser rounds it. nb counts blocks
-// of 32 (a multiple of 8).
-func genWidenQ4K() string {
+// genWidenQK widens Q4_K (or Q5_K): per super-block of 256 (8 blocks of
+// 32), the nibbles zero-extended (block 2i the low nibbles of bytes
+// 32i..32i+31 of the quants, block 2i+1 their high ones; Q5_K adds bit 2i,
+// resp. 2i+1, of the matching byte of qh as 16), ds = d·sc and dm =
+// -(dmin·m) for each block's 6-bit scale and min (ggml's
+// get_scale_min_k4), each product rounded to float32 as tensor's
+// dequantiser rounds it. nb counts blocks of 32 (a multiple of 8).
+func genWidenQK(q5 bool) string {
 	name := "widenQ4K_VNNI"
+	sbBytes, qs := 144, 16
+	if q5 {
+		name, sbBytes, qs = "widenQ5K_VNNI", 176, 48
+	}
 	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
 	Pragma("noescape")
-	Doc(name + " widens nb/8 Q4_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), their scales d·sc at ds (at r·nb+b) and -(dmin·m) at ds + 4·rows·nb.")
+	Doc(name + " widens nb/8 super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), their scales d·sc at ds (at r·nb+b) and -(dmin·m) at ds + 4·rows·nb.")
 	dst := Load(Param("dst"), GP64())
 	ds := Load(Param("ds"), GP64())
 	w := Load(Param("w"), GP64())
@@ -292,6 +298,11 @@ func genWidenQ4K() string {
 	SHRQ(U8(3), nb) // super-blocks
 	mask := YMM()
 	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
+	var b1 VecVirtual
+	if q5 {
+		b1 = YMM()
+		VMOVDQU(avx512.constVec("bytes01", 0x01010101), b1)
+	}
 	sign := XMM()
 	VMOVSS(avx512.constVec("signmask", 0x80000000), sign)
 	Label("row")
@@ -300,9 +311,9 @@ func genWidenQ4K() string {
 	j := GP64()
 	MOVQ(nb, j)
 	Label("sb")
-	PREFETCHT0(Mem{Base: p, Disp: 8 * 144})
-	PREFETCHT0(Mem{Base: p, Disp: 8*144 + 64})
-	PREFETCHT0(Mem{Base: p, Disp: 8*144 + 128})
+	for o := 0; o < sbBytes; o += 64 {
+		PREFETCHT0(Mem{Base: p, Disp: 8*sbBytes + o})
+	}
 	d, dmin := XMM(), XMM()
 	g := GP32()
 	MOVWLZX(Mem{Base: p}, g)
@@ -311,12 +322,32 @@ func genWidenQ4K() string {
 	MOVWLZX(Mem{Base: p, Disp: 2}, g)
 	VMOVD(g, dmin)
 	VCVTPH2PS(dmin, dmin)
+	var qh VecVirtual
+	if q5 {
+		qh = YMM()
+		VMOVDQU(Mem{Base: p, Disp: 16}, qh)
+	}
 	for i := 0; i < 4; i++ {
 		y, lo, hi := YMM(), YMM(), YMM()
-		VMOVDQU(Mem{Base: p, Disp: 16 + 32*i}, y)
+		VMOVDQU(Mem{Base: p, Disp: qs + 32*i}, y)
 		VPAND(mask, y, lo)
 		VPSRLW(U8(4), y, hi)
 		VPAND(mask, hi, hi)
+		if q5 {
+			// Bit 2i (1+2i) of each qh byte as 16: the shifts move
+			// whole words, the mask keeps bit 0 of each byte.
+			for h, v := range []VecVirtual{lo, hi} {
+				t := YMM()
+				if sh := 2*i + h; sh > 0 {
+					VPSRLW(U8(sh), qh, t)
+					VPAND(b1, t, t)
+				} else {
+					VPAND(b1, qh, t)
+				}
+				VPSLLW(U8(4), t, t)
+				VPOR(t, v, v)
+			}
+		}
 		zl, zh := ZMM(), ZMM()
 		VPMOVZXBW(lo, zl)
 		VPMOVZXBW(hi, zh)
@@ -356,7 +387,7 @@ func genWidenQ4K() string {
 		VXORPS(sign, fm, fm)
 		VMOVSS(fm, Mem{Base: dm, Disp: 4 * jj})
 	}
-	ADDQ(U32(144), p)
+	ADDQ(U32(sbBytes), p)
 	ADDQ(U32(8*64), dst)
 	ADDQ(U32(32), ds)
 	ADDQ(U32(32), dm)
@@ -388,7 +419,7 @@ func genFastTable(tb *strings.Builder) {
 	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}}\n",
 		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "))
 	var widen []string
-	for k := fQ8; k <= fQ4K; k++ {
+	for k := fQ8; k <= fQ5K; k++ {
 		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
