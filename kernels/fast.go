@@ -18,7 +18,7 @@ const (
 	// Fast quantises each token's activations to int16 in blocks of 32
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
 	// weights are blocks of 32 small integers times one scale, less a
-	// min for Q4_K and Q5_K (Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K; [out, in]
+	// min (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K; [out, in]
 	// I8) and the CPU
 	// has AVX-512 VNNI;
 	// everything else runs as Exact. Each token is quantised alone and
@@ -62,6 +62,9 @@ const (
 	fkIQ4_NL
 	fkQ4_K // with a min per block (fastMKernel)
 	fkQ5_K // with a min per block
+	fkQ4_1 // with a min per block
+	fkQ5_0
+	fkQ5_1 // with a min per block
 	numFK
 )
 
@@ -80,8 +83,24 @@ func fastKind(t tensor.DType) int {
 		return fkQ4_K
 	case tensor.Q5_K:
 		return fkQ5_K
+	case tensor.Q4_1:
+		return fkQ4_1
+	case tensor.Q5_0:
+		return fkQ5_0
+	case tensor.Q5_1:
+		return fkQ5_1
 	}
 	return -1
+}
+
+// hasMins reports whether t's blocks have a min (a term times the sum of
+// the activations: fastMKernel).
+func hasMins(t tensor.DType) bool {
+	switch t {
+	case tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_1:
+		return true
+	}
+	return false
 }
 
 // fastFor reports whether the fast path takes m: weights of a fastKind
@@ -95,8 +114,8 @@ func fastFor(m *Mat) bool {
 }
 
 // MatMulRowsP is MatMulRows at precision p. Under Fast the kernels in use
-// decide (FastTypes): with AVX-512 VNNI, Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K
-// and [out, in] I8 products take fastMatMul; without it, and for every other type, the
+// decide (FastTypes): with AVX-512 VNNI, products with the types of
+// fastKind take fastMatMul; without it, and for every other type, the
 // product is MatMulRows' own.
 func MatMulRowsP(dst, x []float32, n int, m *Mat, lo, hi int, p Precision) {
 	if p != Fast || !fastFor(m) || active == nil || active.fast == nil {
@@ -318,7 +337,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
-	scaled, mins := m.Type == tensor.I8, m.Type == tensor.Q4_K || m.Type == tensor.Q5_K
+	scaled, mins := m.Type == tensor.I8, hasMins(m.Type)
 	shards, seg := 1, In
 	if scaled {
 		shards, seg = m.Shards, In/m.Shards
@@ -353,7 +372,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		} else {
 			widenRef(ws, ds, w, rb, m.Type, rows, nb)
 		}
-		dm := ds[rows*nb:] // mins, for Q4_K and Q5_K
+		dm := ds[rows*nb:] // mins, for the types with mins
 		for g := g0; g < g1; g += V {
 			v := min(V, g1-g)
 			xo := g*a.stride() + kb*fastBlock
@@ -439,9 +458,12 @@ func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
 // widenRef is widenKernel in Go: nb blocks of each of rows weight rows of
 // type t (a fastKind; stride ldw bytes) as int16 at ws (row r, block b at
 // (r·nb+b)·64 bytes) and their scales at ds[r·nb+b]: Q8_0 and I8 the
-// quants, Q4_0 nibble-8, IQ4_NL kvaluesIQ4NL[nibble] (element j the low
-// nibble of byte j, j+16 its high one), each times the block's fp16 d (I8:
-// 1). tensor.DecodeRow gives d times these integers.
+// quants, Q4_0 nibble-8, IQ4_NL kvaluesIQ4NL[nibble], Q4_1 the nibble,
+// Q5_0 and Q5_1 the nibble plus 16 for its fifth bit (Q5_0 less 16;
+// element j the low nibble of byte j, j+16 its high one), each times the
+// block's fp16 d (I8: 1), and for Q4_1 and Q5_1 the block's fp16 min at
+// ds[rows·nb+r·nb+b]. tensor.DecodeRow gives d times these integers (plus
+// the min).
 func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
 	if t == tensor.Q4_K || t == tensor.Q5_K {
 		widenQKRef(ws, ds, w, ldw, t == tensor.Q5_K, rows, nb)
@@ -465,13 +487,31 @@ func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, 
 					q[j] = int16(int8(blk[2+j]))
 				}
 			default:
+				qs, qh := 2, uint32(0)
+				switch t {
+				case tensor.Q4_1:
+					qs = 4
+				case tensor.Q5_0:
+					qs, qh = 6, uint32(blk[2])|uint32(blk[3])<<8|uint32(blk[4])<<16|uint32(blk[5])<<24
+				case tensor.Q5_1:
+					qs, qh = 8, uint32(blk[4])|uint32(blk[5])<<8|uint32(blk[6])<<16|uint32(blk[7])<<24
+				}
 				for j := 0; j < 16; j++ {
-					lo, hi := blk[2+j]&15, blk[2+j]>>4
-					if t == tensor.IQ4_NL {
-						q[j], q[j+16] = int16(kvaluesIQ4NL[lo]), int16(kvaluesIQ4NL[hi])
-					} else {
-						q[j], q[j+16] = int16(lo)-8, int16(hi)-8
+					lo, hi := int16(blk[qs+j]&15), int16(blk[qs+j]>>4)
+					lo += int16(qh>>j&1) << 4
+					hi += int16(qh>>(j+16)&1) << 4
+					switch t {
+					case tensor.IQ4_NL:
+						lo, hi = int16(kvaluesIQ4NL[lo]), int16(kvaluesIQ4NL[hi])
+					case tensor.Q4_0:
+						lo, hi = lo-8, hi-8
+					case tensor.Q5_0:
+						lo, hi = lo-16, hi-16
 					}
+					q[j], q[j+16] = lo, hi
+				}
+				if t == tensor.Q4_1 || t == tensor.Q5_1 {
+					ds[rows*nb+r*nb+b] = tensor.HalfToFloat(uint16(blk[2]) | uint16(blk[3])<<8)
 				}
 			}
 			o := (r*nb + b) * 64

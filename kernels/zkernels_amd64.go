@@ -2073,6 +2073,21 @@ func widenQ4K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenQ5K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
+// widenQ41_VNNI widens nb blocks of each of rows Q4_1 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
+//
+//go:noescape
+func widenQ41_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenQ50_VNNI widens nb blocks of each of rows Q5_0 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
+//
+//go:noescape
+func widenQ50_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenQ51_VNNI widens nb blocks of each of rows Q5_1 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
+//
+//go:noescape
+func widenQ51_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //
 //go:noescape

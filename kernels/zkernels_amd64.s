@@ -122764,6 +122764,244 @@ DATA AVX512_bytes01<>+56(SB)/4, $0x01010101
 DATA AVX512_bytes01<>+60(SB)/4, $0x01010101
 GLOBL AVX512_bytes01<>(SB), RODATA|NOPTR, $64
 
+// func widenQ41_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
+TEXT ·widenQ41_VNNI(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), AX
+	MOVQ    ds+8(FP), CX
+	MOVQ    w+16(FP), DX
+	MOVQ    ldw+24(FP), BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    nb+40(FP), DI
+	VMOVDQU AVX512_bytes0f<>+0(SB), X0
+	MOVQ    SI, R8
+	IMULQ   DI, R8
+	LEAQ    (CX)(R8*4), R8
+
+row:
+	MOVQ DX, R9
+	MOVQ DI, R10
+
+blk:
+	PREFETCHT0   1280(R9)
+	VMOVDQU      4(R9), X1
+	VPANDD       X0, X1, X2
+	VPSRLW       $0x04, X1, X1
+	VPANDD       X0, X1, X1
+	VINSERTI32X4 $0x01, X1, Y2, Y1
+	VPMOVSXBW    Y1, Z1
+	VMOVDQU32    Z1, (AX)
+	MOVWLZX      (R9), R11
+	VMOVD        R11, X1
+	VCVTPH2PS    X1, X1
+	VMOVSS       X1, (CX)
+	MOVWLZX      2(R9), R11
+	VMOVD        R11, X1
+	VCVTPH2PS    X1, X1
+	VMOVSS       X1, (R8)
+	ADDQ         $0x00000004, R8
+	ADDQ         $0x00000014, R9
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000004, CX
+	DECQ         R10
+	JNZ          blk
+	ADDQ         BX, DX
+	DECQ         SI
+	JNZ          row
+	VZEROUPPER
+	RET
+
+// func widenQ50_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
+TEXT ·widenQ50_VNNI(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), AX
+	MOVQ    ds+8(FP), CX
+	MOVQ    w+16(FP), DX
+	MOVQ    ldw+24(FP), BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    nb+40(FP), DI
+	VMOVDQU AVX512_bytes0f<>+0(SB), X0
+	VMOVDQU fast_qh_spread<>+0(SB), Y1
+	VMOVDQU fast_qh_bits<>+0(SB), Y2
+	VMOVDQU AVX512_bytes10<>+0(SB), Y3
+
+row:
+	MOVQ DX, R8
+	MOVQ DI, R9
+
+blk:
+	PREFETCHT0   1408(R8)
+	VMOVDQU      6(R8), X4
+	VPANDD       X0, X4, X5
+	VPSRLW       $0x04, X4, X4
+	VPANDD       X0, X4, X4
+	VINSERTI32X4 $0x01, X4, Y5, Y4
+	VPBROADCASTD 2(R8), Y6
+	VPSHUFB      Y1, Y6, Y6
+	VPAND        Y2, Y6, Y6
+	VPCMPEQB     Y2, Y6, Y6
+	VPAND        Y3, Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSUBB       Y3, Y4, Y4
+	VPMOVSXBW    Y4, Z4
+	VMOVDQU32    Z4, (AX)
+	MOVWLZX      (R8), R10
+	VMOVD        R10, X4
+	VCVTPH2PS    X4, X4
+	VMOVSS       X4, (CX)
+	ADDQ         $0x00000016, R8
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000004, CX
+	DECQ         R9
+	JNZ          blk
+	ADDQ         BX, DX
+	DECQ         SI
+	JNZ          row
+	VZEROUPPER
+	RET
+
+DATA fast_qh_spread<>+0(SB)/1, $0x00
+DATA fast_qh_spread<>+1(SB)/1, $0x00
+DATA fast_qh_spread<>+2(SB)/1, $0x00
+DATA fast_qh_spread<>+3(SB)/1, $0x00
+DATA fast_qh_spread<>+4(SB)/1, $0x00
+DATA fast_qh_spread<>+5(SB)/1, $0x00
+DATA fast_qh_spread<>+6(SB)/1, $0x00
+DATA fast_qh_spread<>+7(SB)/1, $0x00
+DATA fast_qh_spread<>+8(SB)/1, $0x01
+DATA fast_qh_spread<>+9(SB)/1, $0x01
+DATA fast_qh_spread<>+10(SB)/1, $0x01
+DATA fast_qh_spread<>+11(SB)/1, $0x01
+DATA fast_qh_spread<>+12(SB)/1, $0x01
+DATA fast_qh_spread<>+13(SB)/1, $0x01
+DATA fast_qh_spread<>+14(SB)/1, $0x01
+DATA fast_qh_spread<>+15(SB)/1, $0x01
+DATA fast_qh_spread<>+16(SB)/1, $0x02
+DATA fast_qh_spread<>+17(SB)/1, $0x02
+DATA fast_qh_spread<>+18(SB)/1, $0x02
+DATA fast_qh_spread<>+19(SB)/1, $0x02
+DATA fast_qh_spread<>+20(SB)/1, $0x02
+DATA fast_qh_spread<>+21(SB)/1, $0x02
+DATA fast_qh_spread<>+22(SB)/1, $0x02
+DATA fast_qh_spread<>+23(SB)/1, $0x02
+DATA fast_qh_spread<>+24(SB)/1, $0x03
+DATA fast_qh_spread<>+25(SB)/1, $0x03
+DATA fast_qh_spread<>+26(SB)/1, $0x03
+DATA fast_qh_spread<>+27(SB)/1, $0x03
+DATA fast_qh_spread<>+28(SB)/1, $0x03
+DATA fast_qh_spread<>+29(SB)/1, $0x03
+DATA fast_qh_spread<>+30(SB)/1, $0x03
+DATA fast_qh_spread<>+31(SB)/1, $0x03
+GLOBL fast_qh_spread<>(SB), RODATA|NOPTR, $32
+
+DATA fast_qh_bits<>+0(SB)/1, $0x01
+DATA fast_qh_bits<>+1(SB)/1, $0x02
+DATA fast_qh_bits<>+2(SB)/1, $0x04
+DATA fast_qh_bits<>+3(SB)/1, $0x08
+DATA fast_qh_bits<>+4(SB)/1, $0x10
+DATA fast_qh_bits<>+5(SB)/1, $0x20
+DATA fast_qh_bits<>+6(SB)/1, $0x40
+DATA fast_qh_bits<>+7(SB)/1, $0x80
+DATA fast_qh_bits<>+8(SB)/1, $0x01
+DATA fast_qh_bits<>+9(SB)/1, $0x02
+DATA fast_qh_bits<>+10(SB)/1, $0x04
+DATA fast_qh_bits<>+11(SB)/1, $0x08
+DATA fast_qh_bits<>+12(SB)/1, $0x10
+DATA fast_qh_bits<>+13(SB)/1, $0x20
+DATA fast_qh_bits<>+14(SB)/1, $0x40
+DATA fast_qh_bits<>+15(SB)/1, $0x80
+DATA fast_qh_bits<>+16(SB)/1, $0x01
+DATA fast_qh_bits<>+17(SB)/1, $0x02
+DATA fast_qh_bits<>+18(SB)/1, $0x04
+DATA fast_qh_bits<>+19(SB)/1, $0x08
+DATA fast_qh_bits<>+20(SB)/1, $0x10
+DATA fast_qh_bits<>+21(SB)/1, $0x20
+DATA fast_qh_bits<>+22(SB)/1, $0x40
+DATA fast_qh_bits<>+23(SB)/1, $0x80
+DATA fast_qh_bits<>+24(SB)/1, $0x01
+DATA fast_qh_bits<>+25(SB)/1, $0x02
+DATA fast_qh_bits<>+26(SB)/1, $0x04
+DATA fast_qh_bits<>+27(SB)/1, $0x08
+DATA fast_qh_bits<>+28(SB)/1, $0x10
+DATA fast_qh_bits<>+29(SB)/1, $0x20
+DATA fast_qh_bits<>+30(SB)/1, $0x40
+DATA fast_qh_bits<>+31(SB)/1, $0x80
+GLOBL fast_qh_bits<>(SB), RODATA|NOPTR, $32
+
+DATA AVX512_bytes10<>+0(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+4(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+8(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+12(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+16(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+20(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+24(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+28(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+32(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+36(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+40(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+44(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+48(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+52(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+56(SB)/4, $0x10101010
+DATA AVX512_bytes10<>+60(SB)/4, $0x10101010
+GLOBL AVX512_bytes10<>(SB), RODATA|NOPTR, $64
+
+// func widenQ51_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
+TEXT ·widenQ51_VNNI(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), AX
+	MOVQ    ds+8(FP), CX
+	MOVQ    w+16(FP), DX
+	MOVQ    ldw+24(FP), BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    nb+40(FP), DI
+	VMOVDQU AVX512_bytes0f<>+0(SB), X0
+	MOVQ    SI, R8
+	IMULQ   DI, R8
+	LEAQ    (CX)(R8*4), R8
+	VMOVDQU fast_qh_spread<>+0(SB), Y1
+	VMOVDQU fast_qh_bits<>+0(SB), Y2
+	VMOVDQU AVX512_bytes10<>+0(SB), Y3
+
+row:
+	MOVQ DX, R9
+	MOVQ DI, R10
+
+blk:
+	PREFETCHT0   1536(R9)
+	VMOVDQU      8(R9), X4
+	VPANDD       X0, X4, X5
+	VPSRLW       $0x04, X4, X4
+	VPANDD       X0, X4, X4
+	VINSERTI32X4 $0x01, X4, Y5, Y4
+	VPBROADCASTD 4(R9), Y6
+	VPSHUFB      Y1, Y6, Y6
+	VPAND        Y2, Y6, Y6
+	VPCMPEQB     Y2, Y6, Y6
+	VPAND        Y3, Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPMOVSXBW    Y4, Z4
+	VMOVDQU32    Z4, (AX)
+	MOVWLZX      (R9), R11
+	VMOVD        R11, X4
+	VCVTPH2PS    X4, X4
+	VMOVSS       X4, (CX)
+	MOVWLZX      2(R9), R11
+	VMOVD        R11, X4
+	VCVTPH2PS    X4, X4
+	VMOVSS       X4, (R8)
+	ADDQ         $0x00000004, R8
+	ADDQ         $0x00000018, R9
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000004, CX
+	DECQ         R10
+	JNZ          blk
+	ADDQ         BX, DX
+	DECQ         SI
+	JNZ          row
+	VZEROUPPER
+	RET
+
 // func quant16_VNNI(x *float32, nb int, dst *byte)
 // Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL
 TEXT ·quant16_VNNI(SB), NOSPLIT, $0-24

@@ -168,14 +168,30 @@ const (
 	fIQ4NL
 	fQ4K
 	fQ5K
+	fQ4_1
+	fQ5_0
+	fQ5_1
 )
 
-var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K"}
+var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1"}
+
+// legacyLayout is where a 32-element block of nibbles keeps its parts: the
+// fp16 min (the _1 types; -1: none), the 32 fifth bits (Q5; -1: none), the
+// 16 bytes of nibbles, and its size.
+var legacyLayout = map[fkind]struct{ m, qh, qs, size int }{
+	fQ4_0:  {-1, -1, 2, 18},
+	fIQ4NL: {-1, -1, 2, 18},
+	fQ4_1:  {2, -1, 4, 20},
+	fQ5_0:  {-1, 2, 6, 22},
+	fQ5_1:  {2, 4, 8, 24},
+}
 
 // genWiden emits the widening of k's blocks: per row, nb blocks of 32
 // weights as int16 (Q8_0 and I8: the quants sign-extended; Q4_0: nibble-8;
-// IQ4_NL: kvalues_iq4nl[nibble], element j the low nibble of byte j and
-// j+16 its high one) and the block's scale (its fp16 d; I8: 1).
+// IQ4_NL: kvalues_iq4nl[nibble]; Q4_1: nibble; Q5_0, Q5_1: nibble plus 16
+// for the element's fifth bit, Q5_0 minus 16; element j the low nibble of
+// byte j and j+16 its high one) and the block's scale (its fp16 d; I8: 1);
+// Q4_1 and Q5_1 also their fp16 min m, at ds + 4·rows·nb.
 func genWiden(k fkind) string {
 	if k == fQ4K || k == fQ5K {
 		return genWidenQK(k == fQ5K)
@@ -197,21 +213,43 @@ func genWiden(k fkind) string {
 		g := GP32()
 		MOVL(U32(0x3f800000), g)
 		VMOVD(g, one)
-	case fQ4_0, fIQ4NL:
+	case fQ4_0, fIQ4NL, fQ4_1, fQ5_0, fQ5_1:
 		mask, tbl = XMM(), XMM()
 		VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
-		if k == fIQ4NL {
+		switch k {
+		case fIQ4NL:
 			VMOVDQU((&dq{a: avx512}).levels(), tbl)
-		} else {
+		case fQ4_0:
 			VMOVDQU(avx512.constVec("bytes08", 0x08080808), tbl)
 		}
 	}
 	qoff, step := 2, 34
-	switch k {
-	case fI8:
+	lay, legacy := legacyLayout[k]
+	var b1, spread, bits VecVirtual
+	var dmp GPVirtual
+	switch {
+	case k == fI8:
 		qoff, step = 0, 32
-	case fQ4_0, fIQ4NL:
-		step = 18
+	case legacy:
+		qoff, step = lay.qs, lay.size
+		if lay.m >= 0 {
+			dmp = GP64()
+			MOVQ(rows, dmp)
+			IMULQ(nb, dmp)
+			LEAQ(Mem{Base: ds, Index: dmp, Scale: 4}, dmp)
+		}
+		if lay.qh >= 0 {
+			// Byte j of the fifth bits' vector: byte j/8 of qh (VPSHUFB
+			// within each lane of the broadcast dword), then bit j%8.
+			spread, bits, b1 = YMM(), YMM(), YMM()
+			var sp, bt [32]byte
+			for j := range sp {
+				sp[j], bt[j] = byte(j/8%4), 1<<(j%8)
+			}
+			VMOVDQU(constBytes("fast_qh_spread", sp[:]), spread)
+			VMOVDQU(constBytes("fast_qh_bits", bt[:]), bits)
+			VMOVDQU(avx512.constVec("bytes10", 0x10101010), b1)
+		}
 	}
 	Label("row")
 	p := GP64()
@@ -224,10 +262,10 @@ func genWiden(k fkind) string {
 	// short a run for the hardware prefetcher).
 	PREFETCHT0(Mem{Base: p, Disp: 64 * step})
 	z := ZMM()
-	switch k {
-	case fQ8, fI8:
+	switch {
+	case k == fQ8 || k == fI8:
 		VPMOVSXBW(Mem{Base: p, Disp: qoff}, z)
-	default:
+	case k == fIQ4NL || k == fQ4_0:
 		x, lo, hi := XMM(), XMM(), XMM()
 		VMOVDQU(Mem{Base: p, Disp: qoff}, x)
 		VPANDD(mask, x, lo)
@@ -243,6 +281,27 @@ func genWiden(k fkind) string {
 		y := YMM()
 		VINSERTI32X4(U8(1), hi, lo.AsY(), y)
 		VPMOVSXBW(y, z)
+	default: // Q4_1, Q5_0, Q5_1
+		x, lo, hi := XMM(), XMM(), XMM()
+		VMOVDQU(Mem{Base: p, Disp: qoff}, x)
+		VPANDD(mask, x, lo)
+		VPSRLW(U8(4), x, hi)
+		VPANDD(mask, hi, hi)
+		y := YMM()
+		VINSERTI32X4(U8(1), hi, lo.AsY(), y)
+		if lay.qh >= 0 {
+			h := YMM()
+			VPBROADCASTD(Mem{Base: p, Disp: lay.qh}, h)
+			VPSHUFB(spread, h, h)
+			VPAND(bits, h, h)
+			VPCMPEQB(bits, h, h)
+			VPAND(b1, h, h)
+			VPOR(h, y, y)
+			if k == fQ5_0 {
+				VPSUBB(b1, y, y) // -16
+			}
+		}
+		VPMOVSXBW(y, z)
 	}
 	VMOVDQU32(z, Mem{Base: dst})
 	if k == fI8 {
@@ -254,6 +313,15 @@ func genWiden(k fkind) string {
 		VMOVD(g, h)
 		VCVTPH2PS(h, f)
 		VMOVSS(f, Mem{Base: ds})
+	}
+	if dmp != nil {
+		h, f := XMM(), XMM()
+		g := GP32()
+		MOVWLZX(Mem{Base: p, Disp: lay.m}, g)
+		VMOVD(g, h)
+		VCVTPH2PS(h, f)
+		VMOVSS(f, Mem{Base: dmp})
+		ADDQ(U32(4), dmp)
 	}
 	ADDQ(U32(step), p)
 	ADDQ(U32(64), dst)
@@ -419,7 +487,7 @@ func genFastTable(tb *strings.Builder) {
 	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}}\n",
 		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "))
 	var widen []string
-	for k := fQ8; k <= fQ5K; k++ {
+	for k := fQ8; k <= fQ5_1; k++ {
 		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
@@ -551,4 +619,17 @@ func genQuant16() string {
 	VPSCATTERDD(z, k, Mem{Base: dst, Index: ix, Scale: 1})
 	JMP(LabelRef("next"))
 	return name
+}
+
+// constBytes returns read-only bytes.
+func constBytes(name string, b []byte) Mem {
+	if m, ok := constVecs[name]; ok {
+		return m
+	}
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, v := range b {
+		DATA(i, U8(v))
+	}
+	constVecs[name] = m
+	return m
 }
