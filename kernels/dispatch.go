@@ -65,6 +65,9 @@ type (
 	// adds: (ws *byte, ldw int, ds *float32, dm *float32, ldd int,
 	// xa *byte, ldx int, nb int, out *float32, ldo int).
 	fastMKernel uint16
+	// fastHKernel is fastKernel with a scale per 16 weights (ds holds two
+	// a block; Q6_K): the same parameters.
+	fastHKernel uint16
 	// widenKernel widens nb blocks of rows weight rows to int16 and
 	// float32 scales for the fast tile: (dst *byte, ds *float32, w *byte,
 	// ldw int, rows int, nb int).

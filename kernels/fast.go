@@ -18,8 +18,8 @@ const (
 	// Fast quantises each token's activations to int16 in blocks of 32
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
 	// weights are blocks of 32 small integers times one scale, less a
-	// min (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K; [out, in]
-	// I8) and the CPU
+	// min, or a scale per 16 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K,
+	// Q5_K, Q6_K; [out, in] I8) and the CPU
 	// has AVX-512 VNNI;
 	// everything else runs as Exact. Each token is quantised alone and
 	// its sums follow a fixed grid, so its bits still do not depend on its
@@ -65,6 +65,7 @@ const (
 	fkQ4_1 // with a min per block
 	fkQ5_0
 	fkQ5_1 // with a min per block
+	fkQ6_K // with a scale per 16 weights (fastHKernel)
 	numFK
 )
 
@@ -89,6 +90,8 @@ func fastKind(t tensor.DType) int {
 		return fkQ5_0
 	case tensor.Q5_1:
 		return fkQ5_1
+	case tensor.Q6_K:
+		return fkQ6_K
 	}
 	return -1
 }
@@ -312,6 +315,7 @@ type fastFamily struct {
 	R, V        int
 	full, one   []fastKernel
 	fullM, oneM []fastMKernel // with mins
+	fullH, oneH []fastHKernel // with a scale per 16 weights
 }
 
 // fastRows is the rows of a block of fastMatMul: a 64-byte line of each
@@ -337,7 +341,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
-	scaled, mins := m.Type == tensor.I8, hasMins(m.Type)
+	scaled, mins, halves := m.Type == tensor.I8, hasMins(m.Type), m.Type == tensor.Q6_K
 	shards, seg := 1, In
 	if scaled {
 		shards, seg = m.Shards, In/m.Shards
@@ -372,7 +376,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		} else {
 			widenRef(ws, ds, w, rb, m.Type, rows, nb)
 		}
-		dm := ds[rows*nb:] // mins, for the types with mins
+		dm := ds[rows*nb:] // mins, for the types with mins (Q6_K: ds's second half)
 		for g := g0; g < g1; g += V {
 			v := min(V, g1-g)
 			xo := g*a.stride() + kb*fastBlock
@@ -383,7 +387,13 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 				if mins {
 					mn = dm
 				}
-				fastTileRef(out, gsz, ws, ds, mn, nb, a.buf[xo:], a.stride(), rows, v)
+				fastTileRef(out, gsz, ws, ds, mn, halves, nb, a.buf[xo:], a.stride(), rows, v)
+			case halves:
+				kern := fam.fullH
+				if rows < R {
+					kern = fam.oneH
+				}
+				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
 			case mins:
 				kern := fam.fullM
 				if rows < R {
@@ -467,6 +477,10 @@ func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
 func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
 	if t == tensor.Q4_K || t == tensor.Q5_K {
 		widenQKRef(ws, ds, w, ldw, t == tensor.Q5_K, rows, nb)
+		return
+	}
+	if t == tensor.Q6_K {
+		widenQ6KRef(ws, ds, w, ldw, rows, nb)
 		return
 	}
 	bpb := t.BlockBytes()
@@ -572,6 +586,34 @@ func widenQKRef(ws []byte, ds []float32, w []byte, ldw int, q5 bool, rows, nb in
 	}
 }
 
+// widenQ6KRef is widenRef for Q6_K (nb blocks of 32, whole super-blocks):
+// block 4n+t of a super-block the quants minus 32 of tensor's dequantQ6_K
+// (q1..q4 of its half n), and two scales a block, ds[2·(r·nb+b)+h] =
+// d·sc[2j+h] for the block's j-th place in its super-block and its halves
+// of 16.
+func widenQ6KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
+	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
+	for r := 0; r < rows; r++ {
+		for s := 0; s < nb/8; s++ {
+			blk := w[r*ldw+s*210 : r*ldw+(s+1)*210]
+			d := tensor.HalfToFloat(uint16(blk[208]) | uint16(blk[209])<<8)
+			b0 := r*nb + 8*s
+			for n := 0; n < 2; n++ {
+				ql, qh := blk[64*n:64*n+64], blk[128+32*n:128+32*n+32]
+				for l := 0; l < 32; l++ {
+					put((b0+4*n)*64+2*l, int16(ql[l]&15|(qh[l]&3)<<4)-32)
+					put((b0+4*n+1)*64+2*l, int16(ql[l+32]&15|(qh[l]>>2&3)<<4)-32)
+					put((b0+4*n+2)*64+2*l, int16(ql[l]>>4|(qh[l]>>4&3)<<4)-32)
+					put((b0+4*n+3)*64+2*l, int16(ql[l+32]>>4|(qh[l]>>6&3)<<4)-32)
+				}
+			}
+			for j := 0; j < 16; j++ {
+				ds[2*b0+j] = d * float32(int8(blk[192+j]))
+			}
+		}
+	}
+}
+
 // kvaluesIQ4NL is ggml's kvalues_iq4nl, the levels of IQ4_NL's nibbles
 // (tensor's own copy is tested equal through tensor.DecodeRow).
 var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
@@ -584,7 +626,11 @@ var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
 // types with mins) dm·(dx·Σq) added with one rounding, from zero over the
 // nb blocks; the sum is then added to tile[j·ldo + 16r + l] (ldo in
 // floats).
-func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, nb int, xa []byte, ldx, rows, v int) {
+func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bool, nb int, xa []byte, ldx, rows, v int) {
+	parts, per := 1, 32 // weights a scale
+	if halves {
+		parts, per = 2, 16
+	}
 	for r := 0; r < rows; r++ {
 		for j := 0; j < v; j++ {
 			for l := 0; l < fastLanes; l++ {
@@ -592,15 +638,17 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, nb int, x
 				for b := 0; b < nb; b++ {
 					wb := ws[(r*nb+b)*64:]
 					xb := xa[j*ldx+b*fastBlock:]
-					var s int32
-					for k := 0; k < 32; k++ {
-						o := 64*(k/2) + 4*l + 2*(k%2)
-						w := int16(uint16(wb[2*k]) | uint16(wb[2*k+1])<<8)
-						x := int16(uint16(xb[o]) | uint16(xb[o+1])<<8)
-						s += int32(w) * int32(x)
+					for h := 0; h < parts; h++ {
+						var s int32
+						for k := h * per; k < (h+1)*per; k++ {
+							o := 64*(k/2) + 4*l + 2*(k%2)
+							w := int16(uint16(wb[2*k]) | uint16(wb[2*k+1])<<8)
+							x := int16(uint16(xb[o]) | uint16(xb[o+1])<<8)
+							s += int32(w) * int32(x)
+						}
+						c := float32(ds[(r*nb+b)*parts+h] * getF32(xb[fastDX+4*l:]))
+						acc = fma32(float32(s), c, acc)
 					}
-					c := float32(ds[r*nb+b] * getF32(xb[fastDX+4*l:]))
-					acc = fma32(float32(s), c, acc)
 					if dm != nil {
 						acc = fma32(getF32(xb[fastSX+4*l:]), dm[r*nb+b], acc)
 					}

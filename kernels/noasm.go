@@ -50,3 +50,7 @@ func (quant16Kernel) call(x *float32, nb int, dst *byte) { panic(noKernels) }
 func (fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
 	panic(noKernels)
 }
+
+func (fastHKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+	panic(noKernels)
+}

@@ -2023,6 +2023,16 @@ func fast16m_4x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *
 //go:noescape
 func fast16m_1x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
+// fast16h_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+//
+//go:noescape
+func fast16h_4x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
+
+// fast16h_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+//
+//go:noescape
+func fast16h_1x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
+
 // fast16_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
@@ -2042,6 +2052,16 @@ func fast16m_4x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *
 //
 //go:noescape
 func fast16m_1x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
+
+// fast16h_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+//
+//go:noescape
+func fast16h_4x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
+
+// fast16h_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+//
+//go:noescape
+func fast16h_1x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
 // widenQ8_VNNI widens nb blocks of each of rows Q8 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
 //
@@ -2087,6 +2107,11 @@ func widenQ50_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //
 //go:noescape
 func widenQ51_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenQ6K_VNNI widens nb/8 Q6_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).
+//
+//go:noescape
+func widenQ6K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //

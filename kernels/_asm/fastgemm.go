@@ -38,6 +38,7 @@ const (
 )
 
 var (
+	fastHGroup = newGroup("fastHKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
 	fastMGroup = newGroup("fastMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo")
 	fastGroup  = newGroup("fastKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
 	widenGroup = newGroup("widenKernel", "dst *byte, ds *float32, w *byte, ldw int, rows int, nb int", "dst, ds, w, ldw, rows, nb")
@@ -47,15 +48,23 @@ var (
 // (R·V int32 and R·V float32 accumulators, V activation vectors).
 func fastShape() (R, V int) { return 4, 2 }
 
-func fastName(R, V int, mins bool) string {
-	if mins {
-		return fmt.Sprintf("fast16m_%dx%d_VNNI", R, V)
-	}
-	return fmt.Sprintf("fast16_%dx%d_VNNI", R, V)
+// A fast product kernel's variant: plain, with a min per block (mins),
+// or with a scale per half block of 16 (halves: ds holds two a block).
+type fastVariant int
+
+const (
+	fvPlain fastVariant = iota
+	fvMins
+	fvHalves
+)
+
+func fastName(R, V int, fv fastVariant) string {
+	return fmt.Sprintf("fast16%s_%dx%d_VNNI", [...]string{"", "m", "h"}[fv], R, V)
 }
 
-func genFast(R, V int, mins bool) {
-	name := fastName(R, V, mins)
+func genFast(R, V int, fv fastVariant) {
+	mins, halves := fv == fvMins, fv == fvHalves
+	name := fastName(R, V, fv)
 	if mins {
 		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)")
 	} else {
@@ -65,6 +74,9 @@ func genFast(R, V int, mins bool) {
 	extra := ""
 	if mins {
 		extra = " + dm[r][b]·sx[v][l][b]"
+	}
+	if halves {
+		extra = " (ds: two scales a block, one for each 16 weights)"
 	}
 	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
 		name, extra, R, V))
@@ -95,48 +107,63 @@ func genFast(R, V int, mins bool) {
 		}
 	}
 	Label("loop")
-	acc := make([][]VecVirtual, R)
-	for r := range acc {
-		acc[r] = make([]VecVirtual, V)
-		for v := range acc[r] {
-			acc[r][v] = ZMM()
-			VXORPS(acc[r][v], acc[r][v], acc[r][v])
+	// Pairs [p0, p1) of the block into fresh accumulators, then added
+	// with scale (ds row offset) so: the whole block at once, or with
+	// halves each 16 weights with its own scale.
+	part := func(p0, p1, so int) {
+		acc := make([][]VecVirtual, R)
+		for r := range acc {
+			acc[r] = make([]VecVirtual, V)
+			for v := range acc[r] {
+				acc[r][v] = ZMM()
+				VXORPS(acc[r][v], acc[r][v], acc[r][v])
+			}
 		}
-	}
-	for p := 0; p < 16; p++ {
-		xv := make([]VecVirtual, V)
-		for v := range xv {
-			xv[v] = ZMM()
-			VMOVDQU32(xat(v, 64*p), xv[v])
+		for p := p0; p < p1; p++ {
+			xv := make([]VecVirtual, V)
+			for v := range xv {
+				xv[v] = ZMM()
+				VMOVDQU32(xat(v, 64*p), xv[v])
+			}
+			for r := 0; r < R; r++ {
+				for v := 0; v < V; v++ {
+					VPDPWSSD_BCST(ws.at(r, 4*p), xv[v], acc[r][v]) // exact Σ w·q per token lane
+				}
+			}
+		}
+		dx, sx := make([]VecVirtual, V), make([]VecVirtual, V)
+		for v := range dx {
+			dx[v] = ZMM()
+			VMOVUPS(xat(v, fastDX), dx[v])
+			if mins {
+				sx[v] = ZMM()
+				VMOVUPS(xat(v, fastSX), sx[v])
+			}
 		}
 		for r := 0; r < R; r++ {
 			for v := 0; v < V; v++ {
-				VPDPWSSD_BCST(ws.at(r, 4*p), xv[v], acc[r][v]) // exact Σ w·q per token lane
+				VCVTDQ2PS(acc[r][v], acc[r][v])
+				c := ZMM()
+				VMULPS_BCST(ds.at(r, so), dx[v], c) // dw·dx, rounded
+				VFMADD231PS(c, acc[r][v], out[r][v])
+				if mins {
+					VFMADD231PS_BCST(dm.at(r, 0), sx[v], out[r][v]) // + (-dmin·m)·dx·Σq
+				}
 			}
 		}
 	}
-	dx, sx := make([]VecVirtual, V), make([]VecVirtual, V)
-	for v := range dx {
-		dx[v] = ZMM()
-		VMOVUPS(xat(v, fastDX), dx[v])
-		if mins {
-			sx[v] = ZMM()
-			VMOVUPS(xat(v, fastSX), sx[v])
-		}
-	}
-	for r := 0; r < R; r++ {
-		for v := 0; v < V; v++ {
-			VCVTDQ2PS(acc[r][v], acc[r][v])
-			c := ZMM()
-			VMULPS_BCST(ds.at(r, 0), dx[v], c) // dw·dx, rounded
-			VFMADD231PS(c, acc[r][v], out[r][v])
-			if mins {
-				VFMADD231PS_BCST(dm.at(r, 0), sx[v], out[r][v]) // + (-dmin·m)·dx·Σq
-			}
-		}
+	if halves {
+		part(0, 8, 0)
+		part(8, 16, 4)
+	} else {
+		part(0, 16, 0)
 	}
 	ws.advance(64)
-	ds.advance(4)
+	if halves {
+		ds.advance(8)
+	} else {
+		ds.advance(4)
+	}
 	if mins {
 		ADDQ(U32(4), dm.base)
 	}
@@ -171,9 +198,10 @@ const (
 	fQ4_1
 	fQ5_0
 	fQ5_1
+	fQ6K
 )
 
-var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1"}
+var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1", "Q6_K"}
 
 // legacyLayout is where a 32-element block of nibbles keeps its parts: the
 // fp16 min (the _1 types; -1: none), the 32 fifth bits (Q5; -1: none), the
@@ -195,6 +223,9 @@ var legacyLayout = map[fkind]struct{ m, qh, qs, size int }{
 func genWiden(k fkind) string {
 	if k == fQ4K || k == fQ5K {
 		return genWidenQK(k == fQ5K)
+	}
+	if k == fQ6K {
+		return genWidenQ6K()
 	}
 	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(fkindNames[k], "_", ""))
 	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
@@ -469,25 +500,113 @@ func genWidenQK(q5 bool) string {
 	return name
 }
 
+// genWidenQ6K widens Q6_K: per super-block of 256 (8 blocks of 32), block
+// 4n+t of half n the 6-bit quants minus 32 (t = 0: low nibbles of ql[64n:],
+// 1: of ql[64n+32:], 2, 3: their high nibbles; the top two bits from
+// qh[32n:] at bits 2t), sign-extended, and two scales a block, d·sc[2j+h]
+// for its 16-weight halves (ggml's d·sc, rounded to float32 as tensor's
+// dequantiser rounds it; ds two floats a block). nb counts blocks of 32.
+func genWidenQ6K() string {
+	name := "widenQ6K_VNNI"
+	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
+	Pragma("noescape")
+	Doc(name + " widens nb/8 Q6_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).")
+	dst := Load(Param("dst"), GP64())
+	ds := Load(Param("ds"), GP64())
+	w := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	rows := Load(Param("rows"), GP64())
+	nb := Load(Param("nb"), GP64())
+	SHRQ(U8(3), nb) // super-blocks
+	m0f, m03, c32 := YMM(), YMM(), YMM()
+	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), m0f)
+	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
+	VMOVDQU(avx512.constVec("bytes20", 0x20202020), c32)
+	Label("row")
+	p := GP64()
+	MOVQ(w, p)
+	j := GP64()
+	MOVQ(nb, j)
+	Label("sb")
+	for o := 0; o < 210; o += 64 {
+		PREFETCHT0(Mem{Base: p, Disp: 8*210 + o})
+	}
+	for n := 0; n < 2; n++ {
+		l0, l1, h := YMM(), YMM(), YMM()
+		VMOVDQU(Mem{Base: p, Disp: 64 * n}, l0)
+		VMOVDQU(Mem{Base: p, Disp: 64*n + 32}, l1)
+		VMOVDQU(Mem{Base: p, Disp: 128 + 32*n}, h)
+		for t := 0; t < 4; t++ {
+			q, hb := YMM(), YMM()
+			src := l0
+			if t%2 == 1 {
+				src = l1
+			}
+			if t < 2 {
+				VPAND(m0f, src, q)
+			} else {
+				VPSRLW(U8(4), src, q)
+				VPAND(m0f, q, q)
+			}
+			if t > 0 {
+				VPSRLW(U8(2*t), h, hb)
+				VPAND(m03, hb, hb)
+			} else {
+				VPAND(m03, h, hb)
+			}
+			VPSLLW(U8(4), hb, hb)
+			VPOR(hb, q, q)
+			VPSUBB(c32, q, q)
+			z := ZMM()
+			VPMOVSXBW(q, z)
+			VMOVDQU32(z, Mem{Base: dst, Disp: 64 * (4*n + t)})
+		}
+	}
+	d, sc := ZMM(), ZMM()
+	g := GP32()
+	MOVWLZX(Mem{Base: p, Disp: 208}, g)
+	dx := XMM()
+	VMOVD(g, dx)
+	VCVTPH2PS(dx, dx)
+	VBROADCASTSS(dx, d)
+	VPMOVSXBD(Mem{Base: p, Disp: 192}, sc)
+	VCVTDQ2PS(sc, sc)
+	VMULPS(sc, d, sc) // d·sc, rounded
+	VMOVUPS(sc, Mem{Base: ds})
+	ADDQ(U32(210), p)
+	ADDQ(U32(8*64), dst)
+	ADDQ(U32(64), ds)
+	DECQ(j)
+	JNZ(LabelRef("sb"))
+	ADDQ(ldw, w)
+	DECQ(rows)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+	return name
+}
+
 // genFastTable generates the fast kernels and their tables fastVNNI and
 // widenVNNI.
 func genFastTable(tb *strings.Builder) {
 	R, V := fastShape()
-	var full, one, fullM, oneM []string
+	var full, one, fullM, oneM, fullH, oneH []string
 	for v := 1; v <= V; v++ {
-		genFast(R, v, false)
-		genFast(1, v, false)
-		genFast(R, v, true)
-		genFast(1, v, true)
-		full = append(full, fastGroup.add(fastName(R, v, false)))
-		one = append(one, fastGroup.add(fastName(1, v, false)))
-		fullM = append(fullM, fastMGroup.add(fastName(R, v, true)))
-		oneM = append(oneM, fastMGroup.add(fastName(1, v, true)))
+		for _, fv := range []fastVariant{fvPlain, fvMins, fvHalves} {
+			genFast(R, v, fv)
+			genFast(1, v, fv)
+		}
+		full = append(full, fastGroup.add(fastName(R, v, fvPlain)))
+		one = append(one, fastGroup.add(fastName(1, v, fvPlain)))
+		fullM = append(fullM, fastMGroup.add(fastName(R, v, fvMins)))
+		oneM = append(oneM, fastMGroup.add(fastName(1, v, fvMins)))
+		fullH = append(fullH, fastHGroup.add(fastName(R, v, fvHalves)))
+		oneH = append(oneH, fastHGroup.add(fastName(1, v, fvHalves)))
 	}
-	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}}\n",
-		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "))
+	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}, fullH: []fastHKernel{%s}, oneH: []fastHKernel{%s}}\n",
+		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "), strings.Join(fullH, ", "), strings.Join(oneH, ", "))
 	var widen []string
-	for k := fQ8; k <= fQ5_1; k++ {
+	for k := fQ8; k <= fQ6K; k++ {
 		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
