@@ -18,8 +18,8 @@ const (
 	// Fast quantises each token's activations to int16 in blocks of 32
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
 	// weights are blocks of 32 small integers times one scale, less a
-	// min, or a scale per 16 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K,
-	// Q5_K, Q6_K; [out, in] I8) and the CPU
+	// min, or a scale per 16 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+	// IQ4_XS, Q4_K, Q5_K, Q6_K; [out, in] I8) and the CPU
 	// has AVX-512 VNNI;
 	// everything else runs as Exact. Each token is quantised alone and
 	// its sums follow a fixed grid, so its bits still do not depend on its
@@ -66,6 +66,7 @@ const (
 	fkQ5_0
 	fkQ5_1 // with a min per block
 	fkQ6_K // with a scale per 16 weights (fastHKernel)
+	fkIQ4_XS
 	numFK
 )
 
@@ -92,6 +93,8 @@ func fastKind(t tensor.DType) int {
 		return fkQ5_1
 	case tensor.Q6_K:
 		return fkQ6_K
+	case tensor.IQ4_XS:
+		return fkIQ4_XS
 	}
 	return -1
 }
@@ -483,6 +486,10 @@ func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, 
 		widenQ6KRef(ws, ds, w, ldw, rows, nb)
 		return
 	}
+	if t == tensor.IQ4_XS {
+		widenIQ4XSRef(ws, ds, w, ldw, rows, nb)
+		return
+	}
 	bpb := t.BlockBytes()
 	if t == tensor.I8 {
 		bpb = 32
@@ -609,6 +616,29 @@ func widenQ6KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 			}
 			for j := 0; j < 16; j++ {
 				ds[2*b0+j] = d * float32(int8(blk[192+j]))
+			}
+		}
+	}
+}
+
+// widenIQ4XSRef is widenRef for IQ4_XS (nb blocks of 32, whole
+// super-blocks): block ib kvaluesIQ4NL of its 16 bytes' nibbles (low
+// nibbles first) and its scale d·(ls-32), ls from scales_l and scales_h.
+func widenIQ4XSRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
+	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
+	for r := 0; r < rows; r++ {
+		for s := 0; s < nb/8; s++ {
+			blk := w[r*ldw+s*136 : r*ldw+(s+1)*136]
+			d := tensor.HalfToFloat(uint16(blk[0]) | uint16(blk[1])<<8)
+			sh := uint16(blk[2]) | uint16(blk[3])<<8
+			b0 := r*nb + 8*s
+			for ib := 0; ib < 8; ib++ {
+				ls := int(blk[4+ib/2]>>(4*(ib%2))&15) | int(sh>>(2*ib)&3)<<4
+				ds[b0+ib] = d * float32(ls-32)
+				for j, v := range blk[8+16*ib : 8+16*ib+16] {
+					put((b0+ib)*64+2*j, int16(kvaluesIQ4NL[v&15]))
+					put((b0+ib)*64+2*(j+16), int16(kvaluesIQ4NL[v>>4]))
+				}
 			}
 		}
 	}

@@ -67,7 +67,7 @@ func fastMats(t *testing.T, rng *rand.Rand) []testMat {
 	} {
 		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
 	}
-	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS} {
 		for _, sz := range [][2]int{{9, 256}, {16, 2048 + 256}} {
 			ms = append(ms, blockTestMat(t, rng, dt, sz[0], sz[1]))
 		}

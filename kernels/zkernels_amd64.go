@@ -2113,6 +2113,11 @@ func widenQ51_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenQ6K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
+// widenIQ4XS_VNNI widens nb/8 IQ4_XS super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
+//
+//go:noescape
+func widenIQ4XS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //
 //go:noescape

@@ -123757,6 +123757,212 @@ DATA AVX512_bytes20<>+56(SB)/4, $0x20202020
 DATA AVX512_bytes20<>+60(SB)/4, $0x20202020
 GLOBL AVX512_bytes20<>(SB), RODATA|NOPTR, $64
 
+// func widenIQ4XS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
+TEXT ·widenIQ4XS_VNNI(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), AX
+	MOVQ    ds+8(FP), CX
+	MOVQ    w+16(FP), DX
+	MOVQ    ldw+24(FP), BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    nb+40(FP), DI
+	SHRQ    $0x03, DI
+	VMOVDQU AVX512_bytes0f<>+0(SB), X0
+	VMOVDQU dq_kvalues_iq4nl<>+0(SB), X1
+
+row:
+	MOVQ DX, R8
+	MOVQ DI, R9
+
+sb:
+	PREFETCHT0   1088(R8)
+	PREFETCHT0   1152(R8)
+	PREFETCHT0   1216(R8)
+	MOVWLZX      (R8), R10
+	VMOVD        R10, X2
+	VCVTPH2PS    X2, X2
+	MOVWLZX      2(R8), R10
+	VMOVDQU      8(R8), X3
+	VPANDD       X0, X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       X0, X3, X3
+	VPSHUFB      X4, X1, X4
+	VPSHUFB      X3, X1, X3
+	VINSERTI32X4 $0x01, X3, Y4, Y3
+	VPMOVSXBW    Y3, Z3
+	VMOVDQU32    Z3, (AX)
+	MOVBLZX      4(R8), R11
+	ANDL         $0x0000000f, R11
+	MOVL         R10, R12
+	ANDL         $0x00000003, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SUBL         $0x00000020, R11
+	VXORPS       X3, X3, X3
+	VCVTSI2SSL   R11, X3, X3
+	VMULSS       X3, X2, X3
+	VMOVSS       X3, (CX)
+	VMOVDQU      24(R8), X3
+	VPANDD       X0, X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       X0, X3, X3
+	VPSHUFB      X4, X1, X4
+	VPSHUFB      X3, X1, X3
+	VINSERTI32X4 $0x01, X3, Y4, Y3
+	VPMOVSXBW    Y3, Z3
+	VMOVDQU32    Z3, 64(AX)
+	MOVBLZX      4(R8), R11
+	SHRL         $0x04, R11
+	ANDL         $0x0000000f, R11
+	MOVL         R10, R12
+	SHRL         $0x02, R12
+	ANDL         $0x00000003, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SUBL         $0x00000020, R11
+	VXORPS       X3, X3, X3
+	VCVTSI2SSL   R11, X3, X3
+	VMULSS       X3, X2, X3
+	VMOVSS       X3, 4(CX)
+	VMOVDQU      40(R8), X3
+	VPANDD       X0, X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       X0, X3, X3
+	VPSHUFB      X4, X1, X4
+	VPSHUFB      X3, X1, X3
+	VINSERTI32X4 $0x01, X3, Y4, Y3
+	VPMOVSXBW    Y3, Z3
+	VMOVDQU32    Z3, 128(AX)
+	MOVBLZX      5(R8), R11
+	ANDL         $0x0000000f, R11
+	MOVL         R10, R12
+	SHRL         $0x04, R12
+	ANDL         $0x00000003, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SUBL         $0x00000020, R11
+	VXORPS       X3, X3, X3
+	VCVTSI2SSL   R11, X3, X3
+	VMULSS       X3, X2, X3
+	VMOVSS       X3, 8(CX)
+	VMOVDQU      56(R8), X3
+	VPANDD       X0, X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       X0, X3, X3
+	VPSHUFB      X4, X1, X4
+	VPSHUFB      X3, X1, X3
+	VINSERTI32X4 $0x01, X3, Y4, Y3
+	VPMOVSXBW    Y3, Z3
+	VMOVDQU32    Z3, 192(AX)
+	MOVBLZX      5(R8), R11
+	SHRL         $0x04, R11
+	ANDL         $0x0000000f, R11
+	MOVL         R10, R12
+	SHRL         $0x06, R12
+	ANDL         $0x00000003, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SUBL         $0x00000020, R11
+	VXORPS       X3, X3, X3
+	VCVTSI2SSL   R11, X3, X3
+	VMULSS       X3, X2, X3
+	VMOVSS       X3, 12(CX)
+	VMOVDQU      72(R8), X3
+	VPANDD       X0, X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       X0, X3, X3
+	VPSHUFB      X4, X1, X4
+	VPSHUFB      X3, X1, X3
+	VINSERTI32X4 $0x01, X3, Y4, Y3
+	VPMOVSXBW    Y3, Z3
+	VMOVDQU32    Z3, 256(AX)
+	MOVBLZX      6(R8), R11
+	ANDL         $0x0000000f, R11
+	MOVL         R10, R12
+	SHRL         $0x08, R12
+	ANDL         $0x00000003, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SUBL         $0x00000020, R11
+	VXORPS       X3, X3, X3
+	VCVTSI2SSL   R11, X3, X3
+	VMULSS       X3, X2, X3
+	VMOVSS       X3, 16(CX)
+	VMOVDQU      88(R8), X3
+	VPANDD       X0, X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       X0, X3, X3
+	VPSHUFB      X4, X1, X4
+	VPSHUFB      X3, X1, X3
+	VINSERTI32X4 $0x01, X3, Y4, Y3
+	VPMOVSXBW    Y3, Z3
+	VMOVDQU32    Z3, 320(AX)
+	MOVBLZX      6(R8), R11
+	SHRL         $0x04, R11
+	ANDL         $0x0000000f, R11
+	MOVL         R10, R12
+	SHRL         $0x0a, R12
+	ANDL         $0x00000003, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SUBL         $0x00000020, R11
+	VXORPS       X3, X3, X3
+	VCVTSI2SSL   R11, X3, X3
+	VMULSS       X3, X2, X3
+	VMOVSS       X3, 20(CX)
+	VMOVDQU      104(R8), X3
+	VPANDD       X0, X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       X0, X3, X3
+	VPSHUFB      X4, X1, X4
+	VPSHUFB      X3, X1, X3
+	VINSERTI32X4 $0x01, X3, Y4, Y3
+	VPMOVSXBW    Y3, Z3
+	VMOVDQU32    Z3, 384(AX)
+	MOVBLZX      7(R8), R11
+	ANDL         $0x0000000f, R11
+	MOVL         R10, R12
+	SHRL         $0x0c, R12
+	ANDL         $0x00000003, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SUBL         $0x00000020, R11
+	VXORPS       X3, X3, X3
+	VCVTSI2SSL   R11, X3, X3
+	VMULSS       X3, X2, X3
+	VMOVSS       X3, 24(CX)
+	VMOVDQU      120(R8), X3
+	VPANDD       X0, X3, X4
+	VPSRLW       $0x04, X3, X3
+	VPANDD       X0, X3, X3
+	VPSHUFB      X4, X1, X4
+	VPSHUFB      X3, X1, X3
+	VINSERTI32X4 $0x01, X3, Y4, Y3
+	VPMOVSXBW    Y3, Z3
+	VMOVDQU32    Z3, 448(AX)
+	MOVBLZX      7(R8), R11
+	SHRL         $0x04, R11
+	ANDL         $0x0000000f, R11
+	SHRL         $0x0e, R10
+	ANDL         $0x00000003, R10
+	SHLL         $0x04, R10
+	ORL          R10, R11
+	SUBL         $0x00000020, R11
+	VXORPS       X3, X3, X3
+	VCVTSI2SSL   R11, X3, X3
+	VMULSS       X3, X2, X3
+	VMOVSS       X3, 28(CX)
+	ADDQ         $0x00000088, R8
+	ADDQ         $0x00000200, AX
+	ADDQ         $0x00000020, CX
+	DECQ         R9
+	JNZ          sb
+	ADDQ         BX, DX
+	DECQ         SI
+	JNZ          row
+	VZEROUPPER
+	RET
+
 // func quant16_VNNI(x *float32, nb int, dst *byte)
 // Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL
 TEXT ·quant16_VNNI(SB), NOSPLIT, $0-24

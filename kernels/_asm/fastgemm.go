@@ -199,9 +199,10 @@ const (
 	fQ5_0
 	fQ5_1
 	fQ6K
+	fIQ4XS
 )
 
-var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1", "Q6_K"}
+var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "IQ4_XS"}
 
 // legacyLayout is where a 32-element block of nibbles keeps its parts: the
 // fp16 min (the _1 types; -1: none), the 32 fifth bits (Q5; -1: none), the
@@ -226,6 +227,9 @@ func genWiden(k fkind) string {
 	}
 	if k == fQ6K {
 		return genWidenQ6K()
+	}
+	if k == fIQ4XS {
+		return genWidenIQ4XS()
 	}
 	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(fkindNames[k], "_", ""))
 	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
@@ -586,6 +590,88 @@ func genWidenQ6K() string {
 	return name
 }
 
+// genWidenIQ4XS widens IQ4_XS: per super-block of 256 (8 blocks of 32),
+// block ib kvalues_iq4nl of the nibbles of its 16 bytes (low nibbles the
+// first 16 weights), and its scale d·(ls-32), ls the 6-bit scale from
+// scales_l's nibble and scales_h's bit pair (rounded as tensor's
+// dequantiser rounds it). nb counts blocks of 32.
+func genWidenIQ4XS() string {
+	name := "widenIQ4XS_VNNI"
+	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
+	Pragma("noescape")
+	Doc(name + " widens nb/8 IQ4_XS super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).")
+	dst := Load(Param("dst"), GP64())
+	ds := Load(Param("ds"), GP64())
+	w := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	rows := Load(Param("rows"), GP64())
+	nb := Load(Param("nb"), GP64())
+	SHRQ(U8(3), nb) // super-blocks
+	mask, tbl := XMM(), XMM()
+	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
+	VMOVDQU((&dq{a: avx512}).levels(), tbl)
+	Label("row")
+	p := GP64()
+	MOVQ(w, p)
+	j := GP64()
+	MOVQ(nb, j)
+	Label("sb")
+	for o := 0; o < 136; o += 64 {
+		PREFETCHT0(Mem{Base: p, Disp: 8*136 + o})
+	}
+	d := XMM()
+	g := GP32()
+	MOVWLZX(Mem{Base: p}, g)
+	VMOVD(g, d)
+	VCVTPH2PS(d, d)
+	sh := GP32()
+	MOVWLZX(Mem{Base: p, Disp: 2}, sh)
+	for ib := 0; ib < 8; ib++ {
+		x, lo, hi := XMM(), XMM(), XMM()
+		VMOVDQU(Mem{Base: p, Disp: 8 + 16*ib}, x)
+		VPANDD(mask, x, lo)
+		VPSRLW(U8(4), x, hi)
+		VPANDD(mask, hi, hi)
+		VPSHUFB(lo, tbl, lo)
+		VPSHUFB(hi, tbl, hi)
+		y := YMM()
+		VINSERTI32X4(U8(1), hi, lo.AsY(), y)
+		z := ZMM()
+		VPMOVSXBW(y, z)
+		VMOVDQU32(z, Mem{Base: dst, Disp: 64 * ib})
+		ls, t := GP32(), GP32()
+		MOVBLZX(Mem{Base: p, Disp: 4 + ib/2}, ls)
+		if ib%2 == 1 {
+			SHRL(U8(4), ls)
+		}
+		ANDL(U32(15), ls)
+		MOVL(sh, t)
+		if ib > 0 {
+			SHRL(U8(2*ib), t)
+		}
+		ANDL(U32(3), t)
+		SHLL(U8(4), t)
+		ORL(t, ls)
+		SUBL(U32(32), ls)
+		f := XMM()
+		VXORPS(f, f, f)
+		VCVTSI2SSL(ls, f, f)
+		VMULSS(f, d, f) // d·(ls-32)
+		VMOVSS(f, Mem{Base: ds, Disp: 4 * ib})
+	}
+	ADDQ(U32(136), p)
+	ADDQ(U32(8*64), dst)
+	ADDQ(U32(32), ds)
+	DECQ(j)
+	JNZ(LabelRef("sb"))
+	ADDQ(ldw, w)
+	DECQ(rows)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+	return name
+}
+
 // genFastTable generates the fast kernels and their tables fastVNNI and
 // widenVNNI.
 func genFastTable(tb *strings.Builder) {
@@ -606,7 +692,7 @@ func genFastTable(tb *strings.Builder) {
 	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}, fullH: []fastHKernel{%s}, oneH: []fastHKernel{%s}}\n",
 		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "), strings.Join(fullH, ", "), strings.Join(oneH, ", "))
 	var widen []string
-	for k := fQ8; k <= fQ6K; k++ {
+	for k := fQ8; k <= fIQ4XS; k++ {
 		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
