@@ -156,3 +156,29 @@ func TestFusedKernelsStayInBounds(t *testing.T) {
 		}
 	})
 }
+
+// The fast precision's widening and quantising kernels read no byte past
+// a matrix's last block, nor past the activations of the last token: both
+// end at a guard page, and the products keep their twin's bits.
+func TestFastKernelsStayInBounds(t *testing.T) {
+	if active == nil || active.fast == nil {
+		t.Skip("no fast kernels on this machine")
+	}
+	rng := rand.New(rand.NewPCG(12, 12))
+	for _, tm := range fastMats(t, rng) {
+		m := tm.m
+		data, free := guarded(t, m.Data)
+		m.Data = data
+		for _, n := range []int{1, 17} {
+			xs := randInputs(rng, n, m.In)
+			xb, freeX := guarded(t, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+			x := unsafe.Slice((*float32)(unsafe.Pointer(&xb[0])), len(xs))
+			got, want := make([]float32, n*m.Out), make([]float32, n*m.Out)
+			MatMulRowsP(got, x, n, &m, 0, m.Out, Fast)
+			matMulFastRef(want, x, n, &m, 0, m.Out)
+			freeX()
+			checkSameBits(t, got, want)
+		}
+		free()
+	}
+}
