@@ -19,7 +19,7 @@ const (
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
 	// weights are blocks of 32 small integers times one scale, less a
 	// min, or a scale per 16 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-	// IQ4_XS, Q4_K, Q5_K, Q6_K; [out, in] I8) and the CPU
+	// IQ4_XS, Q3_K, Q4_K, Q5_K, Q6_K; [out, in] I8) and the CPU
 	// has AVX-512 VNNI;
 	// everything else runs as Exact. Each token is quantised alone and
 	// its sums follow a fixed grid, so its bits still do not depend on its
@@ -67,6 +67,7 @@ const (
 	fkQ5_1 // with a min per block
 	fkQ6_K // with a scale per 16 weights (fastHKernel)
 	fkIQ4_XS
+	fkQ3_K // with a scale per 16 weights
 	numFK
 )
 
@@ -95,6 +96,8 @@ func fastKind(t tensor.DType) int {
 		return fkQ6_K
 	case tensor.IQ4_XS:
 		return fkIQ4_XS
+	case tensor.Q3_K:
+		return fkQ3_K
 	}
 	return -1
 }
@@ -344,7 +347,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
-	scaled, mins, halves := m.Type == tensor.I8, hasMins(m.Type), m.Type == tensor.Q6_K
+	scaled, mins, halves := m.Type == tensor.I8, hasMins(m.Type), m.Type == tensor.Q6_K || m.Type == tensor.Q3_K
 	shards, seg := 1, In
 	if scaled {
 		shards, seg = m.Shards, In/m.Shards
@@ -488,6 +491,10 @@ func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, 
 	}
 	if t == tensor.IQ4_XS {
 		widenIQ4XSRef(ws, ds, w, ldw, rows, nb)
+		return
+	}
+	if t == tensor.Q3_K {
+		widenQ3KRef(ws, ds, w, ldw, rows, nb)
 		return
 	}
 	bpb := t.BlockBytes()
@@ -639,6 +646,41 @@ func widenIQ4XSRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 					put((b0+ib)*64+2*j, int16(kvaluesIQ4NL[v&15]))
 					put((b0+ib)*64+2*(j+16), int16(kvaluesIQ4NL[v>>4]))
 				}
+			}
+		}
+	}
+}
+
+// widenQ3KRef is widenRef for Q3_K (nb blocks of 32, whole super-blocks):
+// block 4n+t of a super-block the 2-bit quants at bits 2t of bytes
+// 32+32n.., less 4 unless bit 4n+t of the matching hmask byte is set, and
+// two scales a block, d·(sc-32) for its halves of 16, the scales unpacked
+// as tensor's dequantQ3_K unpacks them.
+func widenQ3KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
+	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
+	le := func(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+	for r := 0; r < rows; r++ {
+		for s := 0; s < nb/8; s++ {
+			blk := w[r*ldw+s*110 : r*ldw+(s+1)*110]
+			d := tensor.HalfToFloat(uint16(blk[108]) | uint16(blk[109])<<8)
+			b0 := r*nb + 8*s
+			for n := 0; n < 2; n++ {
+				for t := 0; t < 4; t++ {
+					for l := 0; l < 32; l++ {
+						v := int16(blk[32+32*n+l] >> (2 * t) & 3)
+						if blk[l]>>(4*n+t)&1 == 0 {
+							v -= 4
+						}
+						put((b0+4*n+t)*64+2*l, v)
+					}
+				}
+			}
+			a0, a1, tmp := le(blk[96:]), le(blk[100:]), le(blk[104:])
+			words := [4]uint32{a0&0x0f0f0f0f | (tmp&0x03030303)<<4, a1&0x0f0f0f0f | (tmp>>2&0x03030303)<<4,
+				a0>>4&0x0f0f0f0f | (tmp>>4&0x03030303)<<4, a1>>4&0x0f0f0f0f | (tmp>>6&0x03030303)<<4}
+			for j := 0; j < 16; j++ {
+				sc := int(byte(words[j/4] >> (8 * (j % 4))))
+				ds[2*b0+j] = d * float32(sc-32)
 			}
 		}
 	}

@@ -67,7 +67,7 @@ func fastMats(t *testing.T, rng *rand.Rand) []testMat {
 	} {
 		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
 	}
-	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS} {
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K} {
 		for _, sz := range [][2]int{{9, 256}, {16, 2048 + 256}} {
 			ms = append(ms, blockTestMat(t, rng, dt, sz[0], sz[1]))
 		}
@@ -109,7 +109,7 @@ func TestWidenRefMatchesDecodeRow(t *testing.T) {
 			for k := 0; k < m.In; k++ {
 				q := int16(uint16(ws[(r*nb+k/32)*64+2*(k%32)]) | uint16(ws[(r*nb+k/32)*64+2*(k%32)+1])<<8)
 				v := float64(float32(q) * ds[r*nb+k/32])
-				if m.Type == tensor.Q6_K { // (d·sc)·q, a scale per 16
+				if m.Type == tensor.Q6_K || m.Type == tensor.Q3_K { // (d·sc)·q, a scale per 16
 					v = float64(ds[2*(r*nb+k/32)+k%32/16] * float32(q))
 				}
 				if hasMins(m.Type) { // (d·sc)·q - dmin·m, d·q + m

@@ -2118,6 +2118,11 @@ func widenQ6K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenIQ4XS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
+// widenQ3K_VNNI widens nb/8 Q3_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).
+//
+//go:noescape
+func widenQ3K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //
 //go:noescape

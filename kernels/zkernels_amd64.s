@@ -123963,6 +123963,191 @@ sb:
 	VZEROUPPER
 	RET
 
+// func widenQ3K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, F16C, MMX+
+TEXT ·widenQ3K_VNNI(SB), NOSPLIT, $0-48
+	MOVQ      dst+0(FP), AX
+	MOVQ      ds+8(FP), CX
+	MOVQ      w+16(FP), DX
+	MOVQ      ldw+24(FP), BX
+	MOVQ      rows+32(FP), SI
+	MOVQ      nb+40(FP), DI
+	SHRQ      $0x03, DI
+	VMOVDQU   AVX512_bytes03<>+0(SB), Y0
+	VMOVDQU   AVX512_bytes01<>+0(SB), Y1
+	VMOVDQU   AVX512_bytes04<>+0(SB), Y2
+	VMOVDQU32 AVX512_dw32<>+0(SB), Z3
+
+row:
+	MOVQ DX, R8
+	MOVQ DI, R9
+
+sb:
+	PREFETCHT0   880(R8)
+	PREFETCHT0   944(R8)
+	VMOVDQU      (R8), Y4
+	VMOVDQU      32(R8), Y5
+	VPAND        Y0, Y5, Y6
+	VPAND        Y1, Y4, Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBB       Y2, Y6, Y6
+	VPMOVSXBW    Y6, Z6
+	VMOVDQU32    Z6, (AX)
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y0, Y6, Y6
+	VPSRLW       $0x01, Y4, Y7
+	VPAND        Y1, Y7, Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBB       Y2, Y6, Y6
+	VPMOVSXBW    Y6, Z6
+	VMOVDQU32    Z6, 64(AX)
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y0, Y6, Y6
+	VPSRLW       $0x02, Y4, Y7
+	VPAND        Y1, Y7, Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBB       Y2, Y6, Y6
+	VPMOVSXBW    Y6, Z6
+	VMOVDQU32    Z6, 128(AX)
+	VPSRLW       $0x06, Y5, Y5
+	VPAND        Y0, Y5, Y5
+	VPSRLW       $0x03, Y4, Y6
+	VPAND        Y1, Y6, Y6
+	VPSLLW       $0x02, Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSUBB       Y2, Y5, Y5
+	VPMOVSXBW    Y5, Z5
+	VMOVDQU32    Z5, 192(AX)
+	VMOVDQU      64(R8), Y5
+	VPAND        Y0, Y5, Y6
+	VPSRLW       $0x04, Y4, Y7
+	VPAND        Y1, Y7, Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBB       Y2, Y6, Y6
+	VPMOVSXBW    Y6, Z6
+	VMOVDQU32    Z6, 256(AX)
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y0, Y6, Y6
+	VPSRLW       $0x05, Y4, Y7
+	VPAND        Y1, Y7, Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBB       Y2, Y6, Y6
+	VPMOVSXBW    Y6, Z6
+	VMOVDQU32    Z6, 320(AX)
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y0, Y6, Y6
+	VPSRLW       $0x06, Y4, Y7
+	VPAND        Y1, Y7, Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBB       Y2, Y6, Y6
+	VPMOVSXBW    Y6, Z6
+	VMOVDQU32    Z6, 384(AX)
+	VPSRLW       $0x06, Y5, Y5
+	VPAND        Y0, Y5, Y5
+	VPSRLW       $0x07, Y4, Y4
+	VPAND        Y1, Y4, Y4
+	VPSLLW       $0x02, Y4, Y4
+	VPOR         Y4, Y5, Y5
+	VPSUBB       Y2, Y5, Y5
+	VPMOVSXBW    Y5, Z4
+	VMOVDQU32    Z4, 448(AX)
+	MOVL         96(R8), R10
+	MOVL         100(R8), R11
+	MOVL         104(R8), R12
+	MOVL         R10, R13
+	ANDL         $0x0f0f0f0f, R13
+	MOVL         R12, R14
+	ANDL         $0x03030303, R14
+	SHLL         $0x04, R14
+	ORL          R14, R13
+	VMOVD        R13, X4
+	MOVL         R11, R13
+	ANDL         $0x0f0f0f0f, R13
+	MOVL         R12, R14
+	SHRL         $0x02, R14
+	ANDL         $0x03030303, R14
+	SHLL         $0x04, R14
+	ORL          R14, R13
+	VPINSRD      $0x01, R13, X4, X4
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R12, R13
+	SHRL         $0x04, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R10
+	VPINSRD      $0x02, R10, X4, X4
+	MOVL         R11, R10
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R12, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	VPINSRD      $0x03, R10, X4, X4
+	VPMOVZXBD    X4, Z4
+	VPSUBD       Z3, Z4, Z4
+	VCVTDQ2PS    Z4, Z4
+	MOVWLZX      108(R8), R10
+	VMOVD        R10, X5
+	VCVTPH2PS    X5, X5
+	VBROADCASTSS X5, Z5
+	VMULPS       Z4, Z5, Z4
+	VMOVUPS      Z4, (CX)
+	ADDQ         $0x0000006e, R8
+	ADDQ         $0x00000200, AX
+	ADDQ         $0x00000040, CX
+	DECQ         R9
+	JNZ          sb
+	ADDQ         BX, DX
+	DECQ         SI
+	JNZ          row
+	VZEROUPPER
+	RET
+
+DATA AVX512_bytes04<>+0(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+4(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+8(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+12(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+16(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+20(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+24(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+28(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+32(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+36(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+40(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+44(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+48(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+52(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+56(SB)/4, $0x04040404
+DATA AVX512_bytes04<>+60(SB)/4, $0x04040404
+GLOBL AVX512_bytes04<>(SB), RODATA|NOPTR, $64
+
+DATA AVX512_dw32<>+0(SB)/4, $0x00000020
+DATA AVX512_dw32<>+4(SB)/4, $0x00000020
+DATA AVX512_dw32<>+8(SB)/4, $0x00000020
+DATA AVX512_dw32<>+12(SB)/4, $0x00000020
+DATA AVX512_dw32<>+16(SB)/4, $0x00000020
+DATA AVX512_dw32<>+20(SB)/4, $0x00000020
+DATA AVX512_dw32<>+24(SB)/4, $0x00000020
+DATA AVX512_dw32<>+28(SB)/4, $0x00000020
+DATA AVX512_dw32<>+32(SB)/4, $0x00000020
+DATA AVX512_dw32<>+36(SB)/4, $0x00000020
+DATA AVX512_dw32<>+40(SB)/4, $0x00000020
+DATA AVX512_dw32<>+44(SB)/4, $0x00000020
+DATA AVX512_dw32<>+48(SB)/4, $0x00000020
+DATA AVX512_dw32<>+52(SB)/4, $0x00000020
+DATA AVX512_dw32<>+56(SB)/4, $0x00000020
+DATA AVX512_dw32<>+60(SB)/4, $0x00000020
+GLOBL AVX512_dw32<>(SB), RODATA|NOPTR, $64
+
 // func quant16_VNNI(x *float32, nb int, dst *byte)
 // Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL
 TEXT ·quant16_VNNI(SB), NOSPLIT, $0-24

@@ -158,6 +158,7 @@ const (
 	k_widenQ51_VNNI
 	k_widenQ6K_VNNI
 	k_widenIQ4XS_VNNI
+	k_widenQ3K_VNNI
 )
 
 func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int) {
@@ -184,6 +185,8 @@ func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb
 		widenQ6K_VNNI(dst, ds, w, ldw, rows, nb)
 	case k_widenIQ4XS_VNNI:
 		widenIQ4XS_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenQ3K_VNNI:
+		widenQ3K_VNNI(dst, ds, w, ldw, rows, nb)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -1559,6 +1562,6 @@ var intAVXVNNI = [...]intFamily{
 
 var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}, fullM: []fastMKernel{k_fast16m_4x1_VNNI, k_fast16m_4x2_VNNI}, oneM: []fastMKernel{k_fast16m_1x1_VNNI, k_fast16m_1x2_VNNI}, fullH: []fastHKernel{k_fast16h_4x1_VNNI, k_fast16h_4x2_VNNI}, oneH: []fastHKernel{k_fast16h_1x1_VNNI, k_fast16h_1x2_VNNI}}
 
-var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI, k_widenQ5K_VNNI, k_widenQ41_VNNI, k_widenQ50_VNNI, k_widenQ51_VNNI, k_widenQ6K_VNNI, k_widenIQ4XS_VNNI}
+var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI, k_widenQ5K_VNNI, k_widenQ41_VNNI, k_widenQ50_VNNI, k_widenQ51_VNNI, k_widenQ6K_VNNI, k_widenIQ4XS_VNNI, k_widenQ3K_VNNI}
 
 const quant16VNNI = k_quant16_VNNI

@@ -200,9 +200,10 @@ const (
 	fQ5_1
 	fQ6K
 	fIQ4XS
+	fQ3K
 )
 
-var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "IQ4_XS"}
+var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "IQ4_XS", "Q3_K"}
 
 // legacyLayout is where a 32-element block of nibbles keeps its parts: the
 // fp16 min (the _1 types; -1: none), the 32 fifth bits (Q5; -1: none), the
@@ -230,6 +231,9 @@ func genWiden(k fkind) string {
 	}
 	if k == fIQ4XS {
 		return genWidenIQ4XS()
+	}
+	if k == fQ3K {
+		return genWidenQ3K()
 	}
 	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(fkindNames[k], "_", ""))
 	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
@@ -672,6 +676,117 @@ func genWidenIQ4XS() string {
 	return name
 }
 
+// genWidenQ3K widens Q3_K: per super-block of 256 (8 blocks of 32), block
+// 4n+t the 2-bit quants (bytes 32+32n.., bits 2t) less 4 unless bit 4n+t of
+// the matching hmask byte is set, sign-extended, and two scales a block,
+// d·(sc-32) for its 16-weight halves, the 16 6-bit scales unpacked as
+// ggml (and tensor) do. nb counts blocks of 32.
+func genWidenQ3K() string {
+	name := "widenQ3K_VNNI"
+	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
+	Pragma("noescape")
+	Doc(name + " widens nb/8 Q3_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).")
+	dst := Load(Param("dst"), GP64())
+	ds := Load(Param("ds"), GP64())
+	w := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	rows := Load(Param("rows"), GP64())
+	nb := Load(Param("nb"), GP64())
+	SHRQ(U8(3), nb) // super-blocks
+	m03, m01, c4 := YMM(), YMM(), YMM()
+	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
+	VMOVDQU(avx512.constVec("bytes01", 0x01010101), m01)
+	VMOVDQU(avx512.constVec("bytes04", 0x04040404), c4)
+	c32 := ZMM()
+	VMOVDQU32(avx512.constVec("dw32", 32), c32)
+	Label("row")
+	p := GP64()
+	MOVQ(w, p)
+	j := GP64()
+	MOVQ(nb, j)
+	Label("sb")
+	for o := 0; o < 110; o += 64 {
+		PREFETCHT0(Mem{Base: p, Disp: 8*110 + o})
+	}
+	hm := YMM()
+	VMOVDQU(Mem{Base: p}, hm)
+	for n := 0; n < 2; n++ {
+		q := YMM()
+		VMOVDQU(Mem{Base: p, Disp: 32 + 32*n}, q)
+		for t := 0; t < 4; t++ {
+			v, h := YMM(), YMM()
+			if t > 0 {
+				VPSRLW(U8(2*t), q, v)
+				VPAND(m03, v, v)
+			} else {
+				VPAND(m03, q, v)
+			}
+			if sh := 4*n + t; sh > 0 {
+				VPSRLW(U8(sh), hm, h)
+				VPAND(m01, h, h)
+			} else {
+				VPAND(m01, hm, h)
+			}
+			VPSLLW(U8(2), h, h) // 4 where the high bit is set
+			VPOR(h, v, v)
+			VPSUBB(c4, v, v)
+			z := ZMM()
+			VPMOVSXBW(v, z)
+			VMOVDQU32(z, Mem{Base: dst, Disp: 64 * (4*n + t)})
+		}
+	}
+	// The scales: four words from a0 = bytes 96..99, a1 = 100..103 and
+	// tmp = 104..107.
+	a0, a1, tmp := GP32(), GP32(), GP32()
+	MOVL(Mem{Base: p, Disp: 96}, a0)
+	MOVL(Mem{Base: p, Disp: 100}, a1)
+	MOVL(Mem{Base: p, Disp: 104}, tmp)
+	word := func(a GPVirtual, ashift, tshift int) GPVirtual {
+		x, y := GP32(), GP32()
+		MOVL(a, x)
+		if ashift > 0 {
+			SHRL(U8(ashift), x)
+		}
+		ANDL(U32(0x0f0f0f0f), x)
+		MOVL(tmp, y)
+		if tshift > 0 {
+			SHRL(U8(tshift), y)
+		}
+		ANDL(U32(0x03030303), y)
+		SHLL(U8(4), y)
+		ORL(y, x)
+		return x
+	}
+	sx := XMM()
+	VMOVD(word(a0, 0, 0), sx)
+	VPINSRD(U8(1), word(a1, 0, 2), sx, sx)
+	VPINSRD(U8(2), word(a0, 4, 4), sx, sx)
+	VPINSRD(U8(3), word(a1, 4, 6), sx, sx)
+	sc, d := ZMM(), ZMM()
+	VPMOVZXBD(sx, sc)
+	VPSUBD(c32, sc, sc)
+	VCVTDQ2PS(sc, sc)
+	g := GP32()
+	MOVWLZX(Mem{Base: p, Disp: 108}, g)
+	dx := XMM()
+	VMOVD(g, dx)
+	VCVTPH2PS(dx, dx)
+	VBROADCASTSS(dx, d)
+	VMULPS(sc, d, sc) // d·(sc-32), rounded
+	VMOVUPS(sc, Mem{Base: ds})
+	ADDQ(U32(110), p)
+	ADDQ(U32(8*64), dst)
+	ADDQ(U32(64), ds)
+	DECQ(j)
+	JNZ(LabelRef("sb"))
+	ADDQ(ldw, w)
+	DECQ(rows)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+	return name
+}
+
 // genFastTable generates the fast kernels and their tables fastVNNI and
 // widenVNNI.
 func genFastTable(tb *strings.Builder) {
@@ -692,7 +807,7 @@ func genFastTable(tb *strings.Builder) {
 	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}, fullH: []fastHKernel{%s}, oneH: []fastHKernel{%s}}\n",
 		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "), strings.Join(fullH, ", "), strings.Join(oneH, ", "))
 	var widen []string
-	for k := fQ8; k <= fIQ4XS; k++ {
+	for k := fQ8; k <= fQ3K; k++ {
 		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
