@@ -68,6 +68,9 @@ type (
 	// fastHKernel is fastKernel with a scale per 16 weights (ds holds two
 	// a block; Q6_K): the same parameters.
 	fastHKernel uint16
+	// fastHMKernel is fastMKernel with a scale and a min per 16 weights
+	// (ds and dm two a block, the activations' sums per half; Q2_K).
+	fastHMKernel uint16
 	// widenKernel widens nb blocks of rows weight rows to int16 and
 	// float32 scales for the fast tile: (dst *byte, ds *float32, w *byte,
 	// ldw int, rows int, nb int).

@@ -19,7 +19,7 @@ const (
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
 	// weights are blocks of 32 small integers times one scale, less a
 	// min, or a scale per 16 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-	// IQ4_XS, Q3_K, Q4_K, Q5_K, Q6_K; [out, in] I8) and the CPU
+	// IQ4_XS, Q2_K–Q6_K; [out, in] I8) and the CPU
 	// has AVX-512 VNNI;
 	// everything else runs as Exact. Each token is quantised alone and
 	// its sums follow a fixed grid, so its bits still do not depend on its
@@ -68,6 +68,7 @@ const (
 	fkQ6_K // with a scale per 16 weights (fastHKernel)
 	fkIQ4_XS
 	fkQ3_K // with a scale per 16 weights
+	fkQ2_K // with a scale and a min per 16 weights (fastHMKernel)
 	numFK
 )
 
@@ -98,6 +99,8 @@ func fastKind(t tensor.DType) int {
 		return fkIQ4_XS
 	case tensor.Q3_K:
 		return fkQ3_K
+	case tensor.Q2_K:
+		return fkQ2_K
 	}
 	return -1
 }
@@ -106,7 +109,7 @@ func fastKind(t tensor.DType) int {
 // the activations: fastMKernel).
 func hasMins(t tensor.DType) bool {
 	switch t {
-	case tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_1:
+	case tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_1, tensor.Q2_K:
 		return true
 	}
 	return false
@@ -210,7 +213,8 @@ const fastLanes = 16
 // a vector group: per group and block, 16 × 64 bytes of quants (pair p,
 // lane l: quants 2p and 2p+1 of token 16g+l), then 16 float32 scales d and
 // 16 float32 sums d·Σq (rounded once; Σq is exact in float32), which the
-// weights with a min per block multiply (fastBlock bytes). Lanes past the
+// weights with a min per block multiply, and the same over the block's two
+// halves of 16, for Q2_K's mins per 16 (fastBlock bytes). Lanes past the
 // last token are zero.
 type fastActs struct {
 	buf    []byte
@@ -219,9 +223,11 @@ type fastActs struct {
 }
 
 const (
-	fastBlock = 1152 // bytes of one block of one group
+	fastBlock = 1280 // bytes of one block of one group
 	fastDX    = 1024
 	fastSX    = 1088 // dx·Σq, for the weights with mins
+	fastSX0   = 1152 // dx·Σq over the block's first 16 (mins per 16: Q2_K)
+	fastSX1   = 1216 // and its last 16
 )
 
 // stride is the bytes of one group.
@@ -292,13 +298,15 @@ func (a *fastActs) quantize(x []float32, In, t0, t1 int, qk quant16Kernel) {
 		for b := 0; b < a.nbt; b++ {
 			d := quantizeBlock16(q[:], xs[b*32:(b+1)*32])
 			blk := base[b*fastBlock : (b+1)*fastBlock]
-			var sum int32
+			var sum [2]int32
 			for p := 0; p < 16; p++ {
 				putU32(blk[64*p+4*l:], uint32(uint16(q[2*p]))|uint32(uint16(q[2*p+1]))<<16)
-				sum += int32(q[2*p]) + int32(q[2*p+1])
+				sum[p/8] += int32(q[2*p]) + int32(q[2*p+1])
 			}
 			putF32(blk[fastDX+4*l:], d)
-			putF32(blk[fastSX+4*l:], float32(d*float32(sum)))
+			putF32(blk[fastSX+4*l:], float32(d*float32(sum[0]+sum[1])))
+			putF32(blk[fastSX0+4*l:], float32(d*float32(sum[0])))
+			putF32(blk[fastSX1+4*l:], float32(d*float32(sum[1])))
 		}
 	}
 }
@@ -322,6 +330,8 @@ type fastFamily struct {
 	full, one   []fastKernel
 	fullM, oneM []fastMKernel // with mins
 	fullH, oneH []fastHKernel // with a scale per 16 weights
+	// with a scale and a min per 16 weights
+	fullHM, oneHM []fastHMKernel
 }
 
 // fastRows is the rows of a block of fastMatMul: a 64-byte line of each
@@ -347,7 +357,12 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	In, Out := m.In, m.Out
 	rb, _ := m.Type.RowBytes(In)
-	scaled, mins, halves := m.Type == tensor.I8, hasMins(m.Type), m.Type == tensor.Q6_K || m.Type == tensor.Q3_K
+	scaled, mins := m.Type == tensor.I8, hasMins(m.Type)
+	halves := m.Type == tensor.Q6_K || m.Type == tensor.Q3_K || m.Type == tensor.Q2_K
+	parts := 1 // scales a block
+	if halves {
+		parts = 2
+	}
 	shards, seg := 1, In
 	if scaled {
 		shards, seg = m.Shards, In/m.Shards
@@ -362,7 +377,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	const gsz = fastRows * fastLanes // a group's tiles: [row][lane]
 	nbs, span := seg/32, dotSpan/32
-	tp := getScratch((g1-g0)*gsz + 2*R*span)
+	tp := getScratch((g1-g0)*gsz + 4*R*span)
 	defer scratchPool.Put(tp)
 	tiles, ds := (*tp)[:(g1-g0)*gsz], (*tp)[(g1-g0)*gsz:] // ds: scales, then mins
 
@@ -382,7 +397,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		} else {
 			widenRef(ws, ds, w, rb, m.Type, rows, nb)
 		}
-		dm := ds[rows*nb:] // mins, for the types with mins (Q6_K: ds's second half)
+		dm := ds[parts*rows*nb:] // mins, for the types with mins
 		for g := g0; g < g1; g += V {
 			v := min(V, g1-g)
 			xo := g*a.stride() + kb*fastBlock
@@ -394,6 +409,12 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 					mn = dm
 				}
 				fastTileRef(out, gsz, ws, ds, mn, halves, nb, a.buf[xo:], a.stride(), rows, v)
+			case halves && mins:
+				kern := fam.fullHM
+				if rows < R {
+					kern = fam.oneHM
+				}
+				kern[v-1].call(&ws[0], nb*64, &ds[0], &dm[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
 			case halves:
 				kern := fam.fullH
 				if rows < R {
@@ -495,6 +516,10 @@ func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, 
 	}
 	if t == tensor.Q3_K {
 		widenQ3KRef(ws, ds, w, ldw, rows, nb)
+		return
+	}
+	if t == tensor.Q2_K {
+		widenQ2KRef(ws, ds, w, ldw, rows, nb)
 		return
 	}
 	bpb := t.BlockBytes()
@@ -686,6 +711,35 @@ func widenQ3KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 	}
 }
 
+// widenQ2KRef is widenRef for Q2_K (nb blocks of 32, whole super-blocks):
+// block 4n+j of a super-block the 2-bit quants at bits 2j of bytes
+// 16+32n.., and for each half of 16 its scale d·(sc&15) at
+// ds[2·(r·nb+b)+h] and its min, negated, -(dmin·(sc>>4)), at
+// ds[2·rows·nb+2·(r·nb+b)+h].
+func widenQ2KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
+	dm := ds[2*rows*nb:]
+	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
+	for r := 0; r < rows; r++ {
+		for s := 0; s < nb/8; s++ {
+			blk := w[r*ldw+s*84 : r*ldw+(s+1)*84]
+			d := tensor.HalfToFloat(uint16(blk[80]) | uint16(blk[81])<<8)
+			dmin := tensor.HalfToFloat(uint16(blk[82]) | uint16(blk[83])<<8)
+			b0 := r*nb + 8*s
+			for n := 0; n < 2; n++ {
+				for j := 0; j < 4; j++ {
+					for l, v := range blk[16+32*n : 16+32*n+32] {
+						put((b0+4*n+j)*64+2*l, int16(v>>(2*j)&3))
+					}
+				}
+			}
+			for k, sc := range blk[:16] {
+				ds[2*b0+k] = d * float32(sc&15)
+				dm[2*b0+k] = -float32(dmin * float32(sc>>4))
+			}
+		}
+	}
+}
+
 // kvaluesIQ4NL is ggml's kvalues_iq4nl, the levels of IQ4_NL's nibbles
 // (tensor's own copy is tested equal through tensor.DecodeRow).
 var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
@@ -718,11 +772,16 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 							x := int16(uint16(xb[o]) | uint16(xb[o+1])<<8)
 							s += int32(w) * int32(x)
 						}
-						c := float32(ds[(r*nb+b)*parts+h] * getF32(xb[fastDX+4*l:]))
+						i := (r*nb+b)*parts + h
+						c := float32(ds[i] * getF32(xb[fastDX+4*l:]))
 						acc = fma32(float32(s), c, acc)
-					}
-					if dm != nil {
-						acc = fma32(getF32(xb[fastSX+4*l:]), dm[r*nb+b], acc)
+						if dm != nil {
+							sx := fastSX
+							if halves {
+								sx = fastSX0 + 64*h
+							}
+							acc = fma32(getF32(xb[sx+4*l:]), dm[i], acc)
+						}
 					}
 				}
 				tile[j*ldo+r*fastLanes+l] += acc

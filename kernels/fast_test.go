@@ -67,7 +67,7 @@ func fastMats(t *testing.T, rng *rand.Rand) []testMat {
 	} {
 		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
 	}
-	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K} {
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K, tensor.Q2_K} {
 		for _, sz := range [][2]int{{9, 256}, {16, 2048 + 256}} {
 			ms = append(ms, blockTestMat(t, rng, dt, sz[0], sz[1]))
 		}
@@ -103,7 +103,7 @@ func TestWidenRefMatchesDecodeRow(t *testing.T) {
 		m := &tm.m
 		nb := m.In / 32
 		rb, _ := m.Type.RowBytes(m.In)
-		ws, ds := make([]byte, m.Out*nb*64), make([]float32, 2*m.Out*nb)
+		ws, ds := make([]byte, m.Out*nb*64), make([]float32, 4*m.Out*nb)
 		widenRef(ws, ds, m.Data, rb, m.Type, m.Out, nb)
 		for r := 0; r < m.Out; r++ {
 			for k := 0; k < m.In; k++ {
@@ -112,7 +112,11 @@ func TestWidenRefMatchesDecodeRow(t *testing.T) {
 				if m.Type == tensor.Q6_K || m.Type == tensor.Q3_K { // (d·sc)·q, a scale per 16
 					v = float64(ds[2*(r*nb+k/32)+k%32/16] * float32(q))
 				}
-				if hasMins(m.Type) { // (d·sc)·q - dmin·m, d·q + m
+				if m.Type == tensor.Q2_K { // (d·sc)·q - dmin·m, both per 16
+					i := 2*(r*nb+k/32) + k%32/16
+					v = float64(float32(ds[i]*float32(q)) + ds[2*m.Out*nb+i])
+				}
+				if hasMins(m.Type) && m.Type != tensor.Q2_K { // (d·sc)·q - dmin·m, d·q + m
 					v = float64(float32(float32(q)*ds[r*nb+k/32]) + ds[m.Out*nb+r*nb+k/32])
 				}
 				if m.Type == tensor.I8 {
@@ -257,10 +261,12 @@ func TestFastNearExact(t *testing.T) {
 				}
 			}
 		}
-		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q2_K} {
-			tm := newTestMat(rng, dt, false, 8, 256, 1, 0)
-			if dt == tensor.Q2_K {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.IQ3_S} {
+			var tm testMat
+			if dt == tensor.IQ3_S {
 				tm.m = randBlockMat(t, rng, dt, 8, 256)
+			} else {
+				tm = newTestMat(rng, dt, false, 8, 256, 1, 0)
 			}
 			x := randInputs(rng, 3, 256)
 			got, want := make([]float32, 3*8), make([]float32, 3*8)

@@ -54,3 +54,7 @@ func (fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa
 func (fastHKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
 	panic(noKernels)
 }
+
+func (fastHMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+	panic(noKernels)
+}

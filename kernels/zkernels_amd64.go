@@ -2033,6 +2033,16 @@ func fast16h_4x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int
 //go:noescape
 func fast16h_1x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
+// fast16hm_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+//
+//go:noescape
+func fast16hm_4x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
+
+// fast16hm_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+//
+//go:noescape
+func fast16hm_1x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
+
 // fast16_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
@@ -2062,6 +2072,16 @@ func fast16h_4x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int
 //
 //go:noescape
 func fast16h_1x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
+
+// fast16hm_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+//
+//go:noescape
+func fast16hm_4x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
+
+// fast16hm_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+//
+//go:noescape
+func fast16hm_1x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
 // widenQ8_VNNI widens nb blocks of each of rows Q8 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
 //
@@ -2122,6 +2142,11 @@ func widenIQ4XS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //
 //go:noescape
 func widenQ3K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenQ2K_VNNI widens nb/8 Q2_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h) and their mins, negated, at ds + 8·rows·nb.
+//
+//go:noescape
+func widenQ2K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //

@@ -81,6 +81,28 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 }
 
 const (
+	k_fast16hm_4x1_VNNI fastHMKernel = iota + 1
+	k_fast16hm_1x1_VNNI
+	k_fast16hm_4x2_VNNI
+	k_fast16hm_1x2_VNNI
+)
+
+func (k fastHMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+	switch k {
+	case k_fast16hm_4x1_VNNI:
+		fast16hm_4x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16hm_1x1_VNNI:
+		fast16hm_1x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16hm_4x2_VNNI:
+		fast16hm_4x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+	case k_fast16hm_1x2_VNNI:
+		fast16hm_1x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
 	k_fast16h_4x1_VNNI fastHKernel = iota + 1
 	k_fast16h_1x1_VNNI
 	k_fast16h_4x2_VNNI
@@ -159,6 +181,7 @@ const (
 	k_widenQ6K_VNNI
 	k_widenIQ4XS_VNNI
 	k_widenQ3K_VNNI
+	k_widenQ2K_VNNI
 )
 
 func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int) {
@@ -187,6 +210,8 @@ func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb
 		widenIQ4XS_VNNI(dst, ds, w, ldw, rows, nb)
 	case k_widenQ3K_VNNI:
 		widenQ3K_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenQ2K_VNNI:
+		widenQ2K_VNNI(dst, ds, w, ldw, rows, nb)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -1560,8 +1585,8 @@ var intAVXVNNI = [...]intFamily{
 	ikI8: {R: 2, T: 3, B: 1, full: []intKernel{k_intI8_2x1_AVXVNNI, k_intI8_2x2_AVXVNNI, k_intI8_2x3_AVXVNNI}, one: []intKernel{k_intI8_1x1_AVXVNNI, k_intI8_1x2_AVXVNNI, k_intI8_1x3_AVXVNNI}},
 }
 
-var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}, fullM: []fastMKernel{k_fast16m_4x1_VNNI, k_fast16m_4x2_VNNI}, oneM: []fastMKernel{k_fast16m_1x1_VNNI, k_fast16m_1x2_VNNI}, fullH: []fastHKernel{k_fast16h_4x1_VNNI, k_fast16h_4x2_VNNI}, oneH: []fastHKernel{k_fast16h_1x1_VNNI, k_fast16h_1x2_VNNI}}
+var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}, fullM: []fastMKernel{k_fast16m_4x1_VNNI, k_fast16m_4x2_VNNI}, oneM: []fastMKernel{k_fast16m_1x1_VNNI, k_fast16m_1x2_VNNI}, fullH: []fastHKernel{k_fast16h_4x1_VNNI, k_fast16h_4x2_VNNI}, oneH: []fastHKernel{k_fast16h_1x1_VNNI, k_fast16h_1x2_VNNI}, fullHM: []fastHMKernel{k_fast16hm_4x1_VNNI, k_fast16hm_4x2_VNNI}, oneHM: []fastHMKernel{k_fast16hm_1x1_VNNI, k_fast16hm_1x2_VNNI}}
 
-var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI, k_widenQ5K_VNNI, k_widenQ41_VNNI, k_widenQ50_VNNI, k_widenQ51_VNNI, k_widenQ6K_VNNI, k_widenIQ4XS_VNNI, k_widenQ3K_VNNI}
+var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI, k_widenQ5K_VNNI, k_widenQ41_VNNI, k_widenQ50_VNNI, k_widenQ51_VNNI, k_widenQ6K_VNNI, k_widenIQ4XS_VNNI, k_widenQ3K_VNNI, k_widenQ2K_VNNI}
 
 const quant16VNNI = k_quant16_VNNI

@@ -145,7 +145,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	typ := fs.String("type", "f16", "with --make-model: weight type")
 	config := fs.String("config", "medium", "with --make-model: the model's configuration")
 	layers := fs.Int("layers", 0, "with --make-model: decoder layers (0 = the configuration's)")
-	prec := fs.String("precision", "exact", "prefill arithmetic: exact, fast (int16 activations, integer products for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q3_K, Q4_K, Q5_K, Q6_K and [out, in] int8 weights) or both (each round times an exact and a fast prefill); decode is exact")
+	prec := fs.String("precision", "exact", "prefill arithmetic: exact, fast (int16 activations, integer products for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K–Q6_K and [out, in] int8 weights) or both (each round times an exact and a fast prefill); decode is exact")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

@@ -32,16 +32,19 @@ import (
 // min per block (Q4_K) take the kernels with mins, which add the block's
 // -dmin·m (a third side buffer) times dx·Σq.
 const (
-	fastBlock = 1152
+	fastBlock = 1280
 	fastDX    = 1024
 	fastSX    = 1088 // dx·Σq: the block's sum, for the types with mins
+	fastSX0   = 1152 // dx·Σq over its first 16, for mins per 16 (Q2_K)
+	fastSX1   = 1216 // and over its last 16
 )
 
 var (
-	fastHGroup = newGroup("fastHKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
-	fastMGroup = newGroup("fastMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo")
-	fastGroup  = newGroup("fastKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
-	widenGroup = newGroup("widenKernel", "dst *byte, ds *float32, w *byte, ldw int, rows int, nb int", "dst, ds, w, ldw, rows, nb")
+	fastHMGroup = newGroup("fastHMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo")
+	fastHGroup  = newGroup("fastHKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
+	fastMGroup  = newGroup("fastMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo")
+	fastGroup   = newGroup("fastKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
+	widenGroup  = newGroup("widenKernel", "dst *byte, ds *float32, w *byte, ldw int, rows int, nb int", "dst, ds, w, ldw, rows, nb")
 )
 
 // fastShape is the register tile: R rows × V vectors of 16 tokens
@@ -56,14 +59,15 @@ const (
 	fvPlain fastVariant = iota
 	fvMins
 	fvHalves
+	fvHalvesMins // a scale and a min per 16 (Q2_K)
 )
 
 func fastName(R, V int, fv fastVariant) string {
-	return fmt.Sprintf("fast16%s_%dx%d_VNNI", [...]string{"", "m", "h"}[fv], R, V)
+	return fmt.Sprintf("fast16%s_%dx%d_VNNI", [...]string{"", "m", "h", "hm"}[fv], R, V)
 }
 
 func genFast(R, V int, fv fastVariant) {
-	mins, halves := fv == fvMins, fv == fvHalves
+	mins, halves := fv == fvMins || fv == fvHalvesMins, fv == fvHalves || fv == fvHalvesMins
 	name := fastName(R, V, fv)
 	if mins {
 		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)")
@@ -77,6 +81,9 @@ func genFast(R, V int, fv fastVariant) {
 	}
 	if halves {
 		extra = " (ds: two scales a block, one for each 16 weights)"
+	}
+	if halves && mins {
+		extra = " + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights)"
 	}
 	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
 		name, extra, R, V))
@@ -110,7 +117,7 @@ func genFast(R, V int, fv fastVariant) {
 	// Pairs [p0, p1) of the block into fresh accumulators, then added
 	// with scale (ds row offset) so: the whole block at once, or with
 	// halves each 16 weights with its own scale.
-	part := func(p0, p1, so int) {
+	part := func(p0, p1, so, sxo int) {
 		acc := make([][]VecVirtual, R)
 		for r := range acc {
 			acc[r] = make([]VecVirtual, V)
@@ -137,7 +144,7 @@ func genFast(R, V int, fv fastVariant) {
 			VMOVUPS(xat(v, fastDX), dx[v])
 			if mins {
 				sx[v] = ZMM()
-				VMOVUPS(xat(v, fastSX), sx[v])
+				VMOVUPS(xat(v, sxo), sx[v])
 			}
 		}
 		for r := 0; r < R; r++ {
@@ -147,25 +154,25 @@ func genFast(R, V int, fv fastVariant) {
 				VMULPS_BCST(ds.at(r, so), dx[v], c) // dw·dx, rounded
 				VFMADD231PS(c, acc[r][v], out[r][v])
 				if mins {
-					VFMADD231PS_BCST(dm.at(r, 0), sx[v], out[r][v]) // + (-dmin·m)·dx·Σq
+					VFMADD231PS_BCST(dm.at(r, so), sx[v], out[r][v]) // + (-dmin·m)·dx·Σq
 				}
 			}
 		}
 	}
 	if halves {
-		part(0, 8, 0)
-		part(8, 16, 4)
+		part(0, 8, 0, fastSX0)
+		part(8, 16, 4, fastSX1)
 	} else {
-		part(0, 16, 0)
+		part(0, 16, 0, fastSX)
 	}
 	ws.advance(64)
+	step := 4
 	if halves {
-		ds.advance(8)
-	} else {
-		ds.advance(4)
+		step = 8
 	}
+	ds.advance(step)
 	if mins {
-		ADDQ(U32(4), dm.base)
+		ADDQ(U32(step), dm.base)
 	}
 	ADDQ(U32(fastBlock), xa)
 	DECQ(nb)
@@ -201,9 +208,10 @@ const (
 	fQ6K
 	fIQ4XS
 	fQ3K
+	fQ2K
 )
 
-var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "IQ4_XS", "Q3_K"}
+var fkindNames = [...]string{"Q8", "I8", "Q4_0", "IQ4_NL", "Q4_K", "Q5_K", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "IQ4_XS", "Q3_K", "Q2_K"}
 
 // legacyLayout is where a 32-element block of nibbles keeps its parts: the
 // fp16 min (the _1 types; -1: none), the 32 fifth bits (Q5; -1: none), the
@@ -234,6 +242,9 @@ func genWiden(k fkind) string {
 	}
 	if k == fQ3K {
 		return genWidenQ3K()
+	}
+	if k == fQ2K {
+		return genWidenQ2K()
 	}
 	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(fkindNames[k], "_", ""))
 	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
@@ -787,16 +798,104 @@ func genWidenQ3K() string {
 	return name
 }
 
+// genWidenQ2K widens Q2_K: per super-block of 256 (8 blocks of 32), block
+// 4n+j the 2-bit quants at bits 2j of bytes 16+32n.., zero-extended, and
+// for each 16-weight half its scale d·(sc&15) and -(dmin·(sc>>4)) (ds, and
+// dm at ds + 8·rows·nb: two a block), rounded as tensor's dequantiser
+// rounds them. nb counts blocks of 32.
+func genWidenQ2K() string {
+	name := "widenQ2K_VNNI"
+	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
+	Pragma("noescape")
+	Doc(name + " widens nb/8 Q2_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h) and their mins, negated, at ds + 8·rows·nb.")
+	dst := Load(Param("dst"), GP64())
+	ds := Load(Param("ds"), GP64())
+	w := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	rows := Load(Param("rows"), GP64())
+	nb := Load(Param("nb"), GP64())
+	dm := GP64()
+	MOVQ(rows, dm)
+	IMULQ(nb, dm)
+	LEAQ(Mem{Base: ds, Index: dm, Scale: 8}, dm)
+	SHRQ(U8(3), nb) // super-blocks
+	m03 := YMM()
+	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
+	m15, sign := ZMM(), ZMM()
+	VMOVDQU32(avx512.constVec("dw15", 15), m15)
+	VMOVDQU32(avx512.constVec("signmask", 0x80000000), sign)
+	Label("row")
+	p := GP64()
+	MOVQ(w, p)
+	j := GP64()
+	MOVQ(nb, j)
+	Label("sb")
+	for o := 0; o < 84; o += 64 {
+		PREFETCHT0(Mem{Base: p, Disp: 8*84 + o})
+	}
+	for n := 0; n < 2; n++ {
+		q := YMM()
+		VMOVDQU(Mem{Base: p, Disp: 16 + 32*n}, q)
+		for t := 0; t < 4; t++ {
+			v := YMM()
+			if t > 0 {
+				VPSRLW(U8(2*t), q, v)
+				VPAND(m03, v, v)
+			} else {
+				VPAND(m03, q, v)
+			}
+			z := ZMM()
+			VPMOVZXBW(v, z)
+			VMOVDQU32(z, Mem{Base: dst, Disp: 64 * (4*n + t)})
+		}
+	}
+	sc, mn, d, dmin := ZMM(), ZMM(), ZMM(), ZMM()
+	VPMOVZXBD(Mem{Base: p}, sc)
+	VPSRLD(U8(4), sc, mn)
+	VPANDD(m15, sc, sc)
+	VCVTDQ2PS(sc, sc)
+	VCVTDQ2PS(mn, mn)
+	g := GP32()
+	x := XMM()
+	MOVWLZX(Mem{Base: p, Disp: 80}, g)
+	VMOVD(g, x)
+	VCVTPH2PS(x, x)
+	VBROADCASTSS(x, d)
+	MOVWLZX(Mem{Base: p, Disp: 82}, g)
+	VMOVD(g, x)
+	VCVTPH2PS(x, x)
+	VBROADCASTSS(x, dmin)
+	VMULPS(sc, d, sc)    // d·(sc&15)
+	VMULPS(mn, dmin, mn) // dmin·(sc>>4)
+	VPXORD(sign, mn, mn) // negated
+	VMOVUPS(sc, Mem{Base: ds})
+	VMOVUPS(mn, Mem{Base: dm})
+	ADDQ(U32(84), p)
+	ADDQ(U32(8*64), dst)
+	ADDQ(U32(64), ds)
+	ADDQ(U32(64), dm)
+	DECQ(j)
+	JNZ(LabelRef("sb"))
+	ADDQ(ldw, w)
+	DECQ(rows)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+	return name
+}
+
 // genFastTable generates the fast kernels and their tables fastVNNI and
 // widenVNNI.
 func genFastTable(tb *strings.Builder) {
 	R, V := fastShape()
-	var full, one, fullM, oneM, fullH, oneH []string
+	var full, one, fullM, oneM, fullH, oneH, fullHM, oneHM []string
 	for v := 1; v <= V; v++ {
-		for _, fv := range []fastVariant{fvPlain, fvMins, fvHalves} {
+		for _, fv := range []fastVariant{fvPlain, fvMins, fvHalves, fvHalvesMins} {
 			genFast(R, v, fv)
 			genFast(1, v, fv)
 		}
+		fullHM = append(fullHM, fastHMGroup.add(fastName(R, v, fvHalvesMins)))
+		oneHM = append(oneHM, fastHMGroup.add(fastName(1, v, fvHalvesMins)))
 		full = append(full, fastGroup.add(fastName(R, v, fvPlain)))
 		one = append(one, fastGroup.add(fastName(1, v, fvPlain)))
 		fullM = append(fullM, fastMGroup.add(fastName(R, v, fvMins)))
@@ -804,10 +903,10 @@ func genFastTable(tb *strings.Builder) {
 		fullH = append(fullH, fastHGroup.add(fastName(R, v, fvHalves)))
 		oneH = append(oneH, fastHGroup.add(fastName(1, v, fvHalves)))
 	}
-	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}, fullH: []fastHKernel{%s}, oneH: []fastHKernel{%s}}\n",
-		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "), strings.Join(fullH, ", "), strings.Join(oneH, ", "))
+	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}, fullH: []fastHKernel{%s}, oneH: []fastHKernel{%s}, fullHM: []fastHMKernel{%s}, oneHM: []fastHMKernel{%s}}\n",
+		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "), strings.Join(fullH, ", "), strings.Join(oneH, ", "), strings.Join(fullHM, ", "), strings.Join(oneHM, ", "))
 	var widen []string
-	for k := fQ8; k <= fQ3K; k++ {
+	for k := fQ8; k <= fQ2K; k++ {
 		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
@@ -899,22 +998,34 @@ func genQuant16() string {
 			VINSERTI64X4(U8(1), h, q, q)
 		}
 	}
-	// dx·Σq: the pairs' sums (VPMADDWD by ones), then the lanes'.
+	// dx·Σq over each half and the whole: the pairs' sums (VPMADDWD by
+	// ones: dwords 0-7 the first 16 quants, 8-15 the last), then the
+	// lanes' (exact in int32).
 	sq := ZMM()
 	VPMADDWD(a.constVec("ones16", 0x00010001), q, sq)
-	sy := YMM()
-	VEXTRACTI64X4(U8(1), sq, sy)
-	VPADDD(sy, sq.AsY(), sy)
-	sxm, tx := XMM(), XMM()
-	VEXTRACTI32X4(U8(1), sy, sxm)
-	VPADDD(sxm, sy.AsX(), sxm)
-	VPSHUFD(U8(0x4E), sxm, tx)
-	VPADDD(tx, sxm, sxm)
-	VPSHUFD(U8(0xB1), sxm, tx)
-	VPADDD(tx, sxm, sxm)
-	VCVTDQ2PS(sxm, sxm)
-	VMULSS(d.AsX(), sxm, sxm)
-	VMOVSS(sxm, Mem{Base: dst, Disp: fastSX})
+	hsum := func(y VecVirtual) VecVirtual { // the 8 dwords of a ymm, in lane 0
+		sxm, tx := XMM(), XMM()
+		VEXTRACTI32X4(U8(1), y, sxm)
+		VPADDD(sxm, y.AsX(), sxm)
+		VPSHUFD(U8(0x4E), sxm, tx)
+		VPADDD(tx, sxm, sxm)
+		VPSHUFD(U8(0xB1), sxm, tx)
+		VPADDD(tx, sxm, sxm)
+		return sxm
+	}
+	shi := YMM()
+	VEXTRACTI64X4(U8(1), sq, shi)
+	s0, s1 := hsum(sq.AsY().(VecVirtual)), hsum(shi)
+	st := XMM()
+	VPADDD(s1, s0, st)
+	for _, o := range []struct {
+		v   VecVirtual
+		off int
+	}{{st, fastSX}, {s0, fastSX0}, {s1, fastSX1}} {
+		VCVTDQ2PS(o.v, o.v)
+		VMULSS(d.AsX(), o.v, o.v)
+		VMOVSS(o.v, Mem{Base: dst, Disp: o.off})
+	}
 	ks := K()
 	KXNORW(ks, ks, ks)
 	VPSCATTERDD(q, ks, Mem{Base: dst, Index: ix, Scale: 1})
@@ -932,6 +1043,8 @@ func genQuant16() string {
 	VMOVUPS(a.constVec("nan", 0x7fc00000), nan)
 	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastDX})
 	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastSX})
+	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastSX0})
+	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastSX1})
 	z := ZMM()
 	VXORPS(z, z, z)
 	k := K()
