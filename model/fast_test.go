@@ -121,6 +121,9 @@ func TestFastPrecisionAccuracy(t *testing.T) {
 		{"Q8_0", gconvert.FtypeQ8_0},
 		{"Q4_0", gconvert.FtypeQ4_0},
 		{"Q4_K_M", gconvert.FtypeQ4_K_M},
+		{"Q2_K", gconvert.FtypeQ2_K},
+		{"Q3_K_M", gconvert.FtypeQ3_K_M},
+		{"Q6_K", gconvert.FtypeQ6_K},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, c.name+".gguf")
