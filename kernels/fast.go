@@ -116,10 +116,11 @@ func hasMins(t tensor.DType) bool {
 }
 
 // fastFor reports whether the fast path takes m: weights of a fastKind
-// along the input axis, I8 shards whole blocks of 32 (so that no
-// activation block straddles two scales).
+// along the input axis in one piece (rows Stride apart; Parted matrices
+// stay exact), I8 shards whole blocks of 32 (so that no activation block
+// straddles two scales).
 func fastFor(m *Mat) bool {
-	if m.Transposed || fastKind(m.Type) < 0 {
+	if m.Transposed || m.Parts != nil || fastKind(m.Type) < 0 {
 		return false
 	}
 	return m.Type != tensor.I8 || (m.In/m.Shards)%32 == 0
@@ -356,7 +357,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		fam, widen = ks.fast, ks.widen[fastKind(m.Type)]
 	}
 	In, Out := m.In, m.Out
-	rb, _ := m.Type.RowBytes(In)
+	rb := m.stride()
 	scaled, mins := m.Type == tensor.I8, hasMins(m.Type)
 	halves := m.Type == tensor.Q6_K || m.Type == tensor.Q3_K || m.Type == tensor.Q2_K
 	parts := 1 // scales a block

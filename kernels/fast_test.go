@@ -186,6 +186,29 @@ func TestFastKernelsEqualReference(t *testing.T) {
 				}
 				q.Release()
 				checkSameBits(t, got, want)
+				// A slice along the inputs (rows Stride apart) has the
+				// bits of the same matrix copied out packed.
+				if m.In > 256 && m.Type != tensor.I8 {
+					sl, err := m.SliceIn(256, m.In)
+					if err != nil {
+						t.Fatal(err)
+					}
+					packed := sl
+					packed.Stride = 0
+					rb, _ := sl.Type.RowBytes(sl.In)
+					packed.Data = nil
+					for r := 0; r < sl.Out; r++ {
+						packed.Data = append(packed.Data, sl.Data[r*sl.Stride:r*sl.Stride+rb]...)
+					}
+					xs := x[:0:0]
+					for i := 0; i < n; i++ {
+						xs = append(xs, x[i*m.In+256:(i+1)*m.In]...)
+					}
+					g2, w2 := make([]float32, n*sl.Out), make([]float32, n*sl.Out)
+					MatMulRowsP(g2, xs, n, &sl, 0, sl.Out, Fast)
+					MatMulRowsP(w2, xs, n, &packed, 0, sl.Out, Fast)
+					checkSameBits(t, g2, w2)
+				}
 			})
 		}
 	}
