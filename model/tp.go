@@ -224,6 +224,9 @@ func (g *tpGroup) forward(lm *LanguageModel, mem *KVMemory, inputs []Input) ([]f
 	}
 	mem.grouped = true
 	defer func() { mem.grouped = false }()
+	for _, s := range g.shards {
+		s.Precision = lm.Precision // each rank's prefill in the group's precision
+	}
 	for r := 1; r < len(g.shards); r++ {
 		g.calls[r] <- tpCall{mem: parts[r], inputs: inputs}
 	}
