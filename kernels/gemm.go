@@ -124,6 +124,17 @@ func forTiles(n, T, lo, hi, Rmax, shards, seg, c int, unit func(s, c0, c1, r0, R
 // sums (I8: times the shard's column scales) straight into dst, which is
 // cleared first.
 func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
+	for t := 0; t < n; t++ {
+		clear(dst[t*m.Out+lo : t*m.Out+hi])
+	}
+	ks.dotAdd(dst, m.Out, x, m.In, n, m, lo, hi)
+}
+
+// dotAdd adds Σ_k W[r][k]·x[t][k] to dst[t·ldo+r] for rows [lo, hi) and n
+// tokens whose activations are ldx apart: dotMatMul without the clearing,
+// so that the input-axis parts of a matrix (parts.go) can add theirs in
+// turn, each on the dotSpan grid from its first input.
+func (ks *kernelSet) dotAdd(dst []float32, ldo int, x []float32, ldx, n int, m *Mat, lo, hi int) {
 	fam := &ks.dot[dotKind(m.Type)]
 	In, Out := m.In, m.Out
 	rb := m.stride()
@@ -133,12 +144,9 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	if scaled {
 		shards, seg = m.Shards, In/m.Shards
 	}
-	for t := 0; t < n; t++ {
-		clear(dst[t*Out+lo : t*Out+hi])
-	}
 	c := chunk(n, seg, 4, dotSpan)
 	if n <= fam.T && !scaled && c >= seg {
-		dotDecode(dst, x, n, m, lo, hi, fam, rb)
+		dotDecode(dst, ldo, x, ldx, n, m, lo, hi, fam, rb)
 		return
 	}
 	var tail [4][64]float32 // decoded weights past the last whole step
@@ -163,15 +171,15 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 		}
 		for t0 := 0; t0 < n; t0 += fam.T {
 			T := min(fam.T, n-t0)
-			kern[T-1].callGrid(wp, rb, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, sc, fam.E, wstep)
+			kern[T-1].callGrid(wp, rb, &x[t0*ldx+k0], 4*ldx, steps, &dst[t0*ldo+r0], 4*ldo, sc, fam.E, wstep)
 			for t := 0; t < T && kt < k1; t++ {
-				xt := x[(t0+t)*In+kt : (t0+t)*In+k1]
+				xt := x[(t0+t)*ldx+kt : (t0+t)*ldx+k1]
 				for r := 0; r < R; r++ {
 					v := dotRef(tail[r][:k1-kt], xt)
 					if scaled {
 						v *= m.Scales[s*Out+r0+r]
 					}
-					dst[(t0+t)*Out+r0+r] += v
+					dst[(t0+t)*ldo+r0+r] += v
 				}
 			}
 		}
@@ -191,8 +199,8 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 // rows stream, where a whole row's are re-read for every tile. F32 gains
 // nothing from it and Q8_0 loses (a call per span costs its heavier loop
 // more), so they read whole rows (figures: bench/README.md).
-func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
-	In, Out := m.In, m.Out
+func dotDecode(dst []float32, ldo int, x []float32, ldx, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
+	In := m.In
 	steps := In / fam.E
 	wstep := weightOffset(m.Type, fam.E)
 	full, one := fam.full[n-1], fam.one[n-1]
@@ -205,10 +213,10 @@ func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb i
 		wo := weightOffset(m.Type, s0*fam.E)
 		r0 := lo
 		for ; r0+fam.R <= hi; r0 += fam.R {
-			full.callGrid(&m.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*In, ns, &dst[r0], 4*Out, nil, fam.E, wstep)
+			full.callGrid(&m.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*ldx, ns, &dst[r0], 4*ldo, nil, fam.E, wstep)
 		}
 		for ; r0 < hi; r0++ {
-			one.callGrid(&m.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*In, ns, &dst[r0], 4*Out, nil, fam.E, wstep)
+			one.callGrid(&m.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*ldx, ns, &dst[r0], 4*ldo, nil, fam.E, wstep)
 		}
 	}
 	kt := steps * fam.E
@@ -221,7 +229,7 @@ func dotDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb i
 			panic(err) // unreachable: Validate checked the sizes
 		}
 		for t := 0; t < n; t++ {
-			dst[t*Out+r] += dotRef(tail[:In-kt], x[t*In+kt:(t+1)*In])
+			dst[t*ldo+r] += dotRef(tail[:In-kt], x[t*ldx+kt:t*ldx+In])
 		}
 	}
 }

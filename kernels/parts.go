@@ -130,93 +130,14 @@ func matMulParts(dst, x []float32, n int, m *Mat, lo, hi int) {
 	for i := range m.Parts {
 		p := &m.Parts[i]
 		if m.PartsIn {
-			ks.partDot(dst, Out, x[k:], In, n, p, lo, hi)
+			ks.dotAdd(dst, Out, x[k:], In, n, p, lo, hi)
 			k += p.In
 			continue
 		}
 		if a, b := max(lo, o), min(hi, o+p.Out); a < b {
-			ks.partDot(dst[o:], Out, x, In, n, p, a-o, b-o)
+			ks.dotAdd(dst[o:], Out, x, In, n, p, a-o, b-o)
 		}
 		o += p.Out
-	}
-}
-
-// partDot adds Σ_k W[r][k]·x[t][k] over p's inputs to dst[t·ldo+r] for its
-// rows [lo, hi) and n tokens (x rows ldx apart), on the dotSpan grid from
-// p's first input: dotMatMul's tiling and order with the strides of the
-// whole matrix, and without clearing dst.
-func (ks *kernelSet) partDot(dst []float32, ldo int, x []float32, ldx, n int, p *Mat, lo, hi int) {
-	fam := &ks.dot[dotKind(p.Type)]
-	In := p.In
-	rb := p.stride()
-	wstep := weightOffset(p.Type, fam.E)
-	c := chunk(n, In, 4, dotSpan)
-	if n <= fam.T && c >= In {
-		partDecode(dst, ldo, x, ldx, n, p, lo, hi, fam, rb)
-		return
-	}
-	var tail [4][64]float32 // decoded weights past the last whole step
-	forTiles(n, fam.T, lo, hi, fam.R, 1, In, c, func(_, k0, k1, r0, R int) {
-		steps := (k1 - k0) / fam.E
-		kt := k0 + steps*fam.E
-		kern := fam.full
-		if R < fam.R {
-			kern = fam.one
-		}
-		for r := 0; r < R && kt < k1; r++ {
-			row := p.Data[(r0+r)*rb:]
-			if err := tensor.DecodeRow(tail[r][:k1-kt], p.Type, row[weightOffset(p.Type, kt):]); err != nil {
-				panic(err) // unreachable: Validate checked the sizes
-			}
-		}
-		wp := &p.Data[r0*rb+weightOffset(p.Type, k0)]
-		for t0 := 0; t0 < n; t0 += fam.T {
-			T := min(fam.T, n-t0)
-			kern[T-1].callGrid(wp, rb, &x[t0*ldx+k0], 4*ldx, steps, &dst[t0*ldo+r0], 4*ldo, nil, fam.E, wstep)
-			for t := 0; t < T && kt < k1; t++ {
-				xt := x[(t0+t)*ldx+kt : (t0+t)*ldx+k1]
-				for r := 0; r < R; r++ {
-					dst[(t0+t)*ldo+r0+r] += dotRef(tail[r][:k1-kt], xt)
-				}
-			}
-		}
-	})
-}
-
-// partDecode is partDot for a decode step: dotDecode with the strides of
-// the whole matrix (F16 and BF16 span by span, the others row by row).
-func partDecode(dst []float32, ldo int, x []float32, ldx, n int, p *Mat, lo, hi int, fam *dotFamily, rb int) {
-	In := p.In
-	steps := In / fam.E
-	wstep := weightOffset(p.Type, fam.E)
-	full, one := fam.full[n-1], fam.one[n-1]
-	span := steps
-	if p.Type == tensor.F16 || p.Type == tensor.BF16 {
-		span = dotSpan / fam.E
-	}
-	for s0 := 0; s0 < steps; s0 += span {
-		ns := min(span, steps-s0)
-		wo := weightOffset(p.Type, s0*fam.E)
-		r0 := lo
-		for ; r0+fam.R <= hi; r0 += fam.R {
-			full.callGrid(&p.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*ldx, ns, &dst[r0], 4*ldo, nil, fam.E, wstep)
-		}
-		for ; r0 < hi; r0++ {
-			one.callGrid(&p.Data[r0*rb+wo], rb, &x[s0*fam.E], 4*ldx, ns, &dst[r0], 4*ldo, nil, fam.E, wstep)
-		}
-	}
-	kt := steps * fam.E
-	if kt == In {
-		return
-	}
-	var tail [64]float32 // decoded weights past the last whole step
-	for r := lo; r < hi; r++ {
-		if err := tensor.DecodeRow(tail[:In-kt], p.Type, p.Data[r*rb+weightOffset(p.Type, kt):r*rb+p.rowBytes()]); err != nil {
-			panic(err) // unreachable: Validate checked the sizes
-		}
-		for t := 0; t < n; t++ {
-			dst[t*ldo+r] += dotRef(tail[:In-kt], x[t*ldx+kt:t*ldx+In])
-		}
 	}
 }
 
