@@ -119,6 +119,8 @@ var dqTypes = []struct {
 	{tensor.Q4_0, []int{0}}, {tensor.Q4_1, []int{0, 2}}, {tensor.Q5_0, []int{0}}, {tensor.Q5_1, []int{0, 2}},
 	{tensor.Q2_K, []int{80, 82}}, {tensor.Q3_K, []int{108}}, {tensor.Q4_K, []int{0, 2}}, {tensor.Q5_K, []int{0, 2}},
 	{tensor.Q6_K, []int{208}}, {tensor.IQ4_NL, []int{0}}, {tensor.IQ4_XS, []int{0}},
+	{tensor.IQ3_S, []int{0}}, {tensor.IQ3_XXS, []int{0}}, {tensor.IQ2_XXS, []int{0}}, {tensor.IQ2_XS, []int{0}},
+	{tensor.IQ2_S, []int{0}}, {tensor.IQ1_S, []int{0}}, {tensor.IQ1_M, nil},
 }
 
 // extremeHalves are fp16 scales at the edges: signed zeros, subnormals,
@@ -199,7 +201,8 @@ func TestDequantKernelsEqualDequantizeRow(t *testing.T) {
 }
 
 // fusedTypes must have fused decode kernels at every assembly level.
-var fusedTypes = []tensor.DType{tensor.Q4_K, tensor.Q6_K, tensor.Q4_0, tensor.Q5_K, tensor.Q2_K, tensor.Q3_K}
+var fusedTypes = []tensor.DType{tensor.Q4_K, tensor.Q6_K, tensor.Q4_0, tensor.Q5_K, tensor.Q2_K, tensor.Q3_K,
+	tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_XXS, tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_S, tensor.IQ1_M}
 
 // The fused decode kernels give the bits of the two-pass path (dequantised
 // scratch, F32 kernels), which gives those of the F32 matrix of the

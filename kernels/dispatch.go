@@ -97,6 +97,13 @@ const (
 	dqQ6_K
 	dqIQ4_NL
 	dqIQ4_XS
+	dqIQ3_S
+	dqIQ3_XXS
+	dqIQ2_XXS
+	dqIQ2_XS
+	dqIQ2_S
+	dqIQ1_S
+	dqIQ1_M
 	numDQ
 )
 
@@ -125,6 +132,20 @@ func dqKind(t tensor.DType) int {
 		return dqIQ4_NL
 	case tensor.IQ4_XS:
 		return dqIQ4_XS
+	case tensor.IQ3_S:
+		return dqIQ3_S
+	case tensor.IQ3_XXS:
+		return dqIQ3_XXS
+	case tensor.IQ2_XXS:
+		return dqIQ2_XXS
+	case tensor.IQ2_XS:
+		return dqIQ2_XS
+	case tensor.IQ2_S:
+		return dqIQ2_S
+	case tensor.IQ1_S:
+		return dqIQ1_S
+	case tensor.IQ1_M:
+		return dqIQ1_M
 	}
 	return -1
 }

@@ -352,6 +352,41 @@ func dequantIQ4_NL_AVX2(dst *float32, src *byte, n int)
 //go:noescape
 func dequantIQ4_XS_AVX2(dst *float32, src *byte, n int)
 
+// dequantIQ3_S_AVX2 decodes n blocks of IQ3_S at src (110 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ3_S_AVX2(dst *float32, src *byte, n int)
+
+// dequantIQ3_XXS_AVX2 decodes n blocks of IQ3_XXS at src (98 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ3_XXS_AVX2(dst *float32, src *byte, n int)
+
+// dequantIQ2_XXS_AVX2 decodes n blocks of IQ2_XXS at src (66 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ2_XXS_AVX2(dst *float32, src *byte, n int)
+
+// dequantIQ2_XS_AVX2 decodes n blocks of IQ2_XS at src (74 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ2_XS_AVX2(dst *float32, src *byte, n int)
+
+// dequantIQ2_S_AVX2 decodes n blocks of IQ2_S at src (82 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ2_S_AVX2(dst *float32, src *byte, n int)
+
+// dequantIQ1_S_AVX2 decodes n blocks of IQ1_S at src (50 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ1_S_AVX2(dst *float32, src *byte, n int)
+
+// dequantIQ1_M_AVX2 decodes n blocks of IQ1_M at src (56 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ1_M_AVX2(dst *float32, src *byte, n int)
+
 // fusedQ4_0_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -571,6 +606,146 @@ func fusedIQ4_XS_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //
 //go:noescape
 func fusedIQ4_XS_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_S_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_S_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_S_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_S_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_S_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_S_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_S_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_S_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_XXS_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_XXS_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_XXS_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_XXS_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_XXS_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_XXS_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_XXS_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_XXS_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XXS_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XXS_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XXS_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XXS_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XXS_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XXS_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XXS_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XXS_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XS_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XS_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XS_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XS_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XS_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XS_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XS_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XS_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_S_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_S_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_S_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_S_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_S_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_S_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_S_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_S_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_S_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_S_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_S_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_S_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_S_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_S_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_S_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_S_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_M_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_M (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_M_4x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_M_1x1_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_M (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_M_1x1_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_M_4x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_M (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_M_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_M_1x2_AVX2 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_M (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_M_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fmaPeak_AVX2 runs n iterations of 12 independent 8-lane FMAs on registers only.
 func fmaPeak_AVX2(n int)
@@ -1280,6 +1455,41 @@ func dequantIQ4_NL_AVX512(dst *float32, src *byte, n int)
 //go:noescape
 func dequantIQ4_XS_AVX512(dst *float32, src *byte, n int)
 
+// dequantIQ3_S_AVX512 decodes n blocks of IQ3_S at src (110 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ3_S_AVX512(dst *float32, src *byte, n int)
+
+// dequantIQ3_XXS_AVX512 decodes n blocks of IQ3_XXS at src (98 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ3_XXS_AVX512(dst *float32, src *byte, n int)
+
+// dequantIQ2_XXS_AVX512 decodes n blocks of IQ2_XXS at src (66 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ2_XXS_AVX512(dst *float32, src *byte, n int)
+
+// dequantIQ2_XS_AVX512 decodes n blocks of IQ2_XS at src (74 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ2_XS_AVX512(dst *float32, src *byte, n int)
+
+// dequantIQ2_S_AVX512 decodes n blocks of IQ2_S at src (82 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ2_S_AVX512(dst *float32, src *byte, n int)
+
+// dequantIQ1_S_AVX512 decodes n blocks of IQ1_S at src (50 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ1_S_AVX512(dst *float32, src *byte, n int)
+
+// dequantIQ1_M_AVX512 decodes n blocks of IQ1_M at src (56 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
+//
+//go:noescape
+func dequantIQ1_M_AVX512(dst *float32, src *byte, n int)
+
 // fusedQ4_0_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -1939,6 +2149,146 @@ func fusedIQ4_XS_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //
 //go:noescape
 func fusedIQ4_XS_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_S_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_S_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_S_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_S_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_S_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_S_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_S_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_S_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_XXS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_XXS_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_XXS_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_XXS_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_XXS_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_XXS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ3_XXS_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ3_XXS_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XXS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XXS_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XXS_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XXS_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XXS_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XXS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XXS_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XXS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XXS_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XS_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XS_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XS_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XS_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_XS_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_XS_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_S_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_S_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_S_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_S_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_S_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_S_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ2_S_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ2_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ2_S_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_S_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_S_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_S_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_S_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_S_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_S_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_S_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_S (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_S_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_M_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_M (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_M_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_M_1x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_M (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_M_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_M_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_M (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_M_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedIQ1_M_1x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ1_M (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+//
+//go:noescape
+func fusedIQ1_M_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fmaPeak_AVX512 runs n iterations of 12 independent 16-lane FMAs on registers only.
 func fmaPeak_AVX512(n int)

@@ -16,6 +16,13 @@ const (
 	k_dequantQ6_K_AVX2
 	k_dequantIQ4_NL_AVX2
 	k_dequantIQ4_XS_AVX2
+	k_dequantIQ3_S_AVX2
+	k_dequantIQ3_XXS_AVX2
+	k_dequantIQ2_XXS_AVX2
+	k_dequantIQ2_XS_AVX2
+	k_dequantIQ2_S_AVX2
+	k_dequantIQ1_S_AVX2
+	k_dequantIQ1_M_AVX2
 	k_dequantQ4_0_AVX512
 	k_dequantQ4_1_AVX512
 	k_dequantQ5_0_AVX512
@@ -27,6 +34,13 @@ const (
 	k_dequantQ6_K_AVX512
 	k_dequantIQ4_NL_AVX512
 	k_dequantIQ4_XS_AVX512
+	k_dequantIQ3_S_AVX512
+	k_dequantIQ3_XXS_AVX512
+	k_dequantIQ2_XXS_AVX512
+	k_dequantIQ2_XS_AVX512
+	k_dequantIQ2_S_AVX512
+	k_dequantIQ1_S_AVX512
+	k_dequantIQ1_M_AVX512
 )
 
 func (k dequantKernel) call(dst *float32, src *byte, n int) {
@@ -53,6 +67,20 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 		dequantIQ4_NL_AVX2(dst, src, n)
 	case k_dequantIQ4_XS_AVX2:
 		dequantIQ4_XS_AVX2(dst, src, n)
+	case k_dequantIQ3_S_AVX2:
+		dequantIQ3_S_AVX2(dst, src, n)
+	case k_dequantIQ3_XXS_AVX2:
+		dequantIQ3_XXS_AVX2(dst, src, n)
+	case k_dequantIQ2_XXS_AVX2:
+		dequantIQ2_XXS_AVX2(dst, src, n)
+	case k_dequantIQ2_XS_AVX2:
+		dequantIQ2_XS_AVX2(dst, src, n)
+	case k_dequantIQ2_S_AVX2:
+		dequantIQ2_S_AVX2(dst, src, n)
+	case k_dequantIQ1_S_AVX2:
+		dequantIQ1_S_AVX2(dst, src, n)
+	case k_dequantIQ1_M_AVX2:
+		dequantIQ1_M_AVX2(dst, src, n)
 	case k_dequantQ4_0_AVX512:
 		dequantQ4_0_AVX512(dst, src, n)
 	case k_dequantQ4_1_AVX512:
@@ -75,6 +103,20 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 		dequantIQ4_NL_AVX512(dst, src, n)
 	case k_dequantIQ4_XS_AVX512:
 		dequantIQ4_XS_AVX512(dst, src, n)
+	case k_dequantIQ3_S_AVX512:
+		dequantIQ3_S_AVX512(dst, src, n)
+	case k_dequantIQ3_XXS_AVX512:
+		dequantIQ3_XXS_AVX512(dst, src, n)
+	case k_dequantIQ2_XXS_AVX512:
+		dequantIQ2_XXS_AVX512(dst, src, n)
+	case k_dequantIQ2_XS_AVX512:
+		dequantIQ2_XS_AVX512(dst, src, n)
+	case k_dequantIQ2_S_AVX512:
+		dequantIQ2_S_AVX512(dst, src, n)
+	case k_dequantIQ1_S_AVX512:
+		dequantIQ1_S_AVX512(dst, src, n)
+	case k_dequantIQ1_M_AVX512:
+		dequantIQ1_M_AVX512(dst, src, n)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -297,6 +339,34 @@ const (
 	k_fusedIQ4_XS_1x1_AVX2
 	k_fusedIQ4_XS_4x2_AVX2
 	k_fusedIQ4_XS_1x2_AVX2
+	k_fusedIQ3_S_4x1_AVX2
+	k_fusedIQ3_S_1x1_AVX2
+	k_fusedIQ3_S_4x2_AVX2
+	k_fusedIQ3_S_1x2_AVX2
+	k_fusedIQ3_XXS_4x1_AVX2
+	k_fusedIQ3_XXS_1x1_AVX2
+	k_fusedIQ3_XXS_4x2_AVX2
+	k_fusedIQ3_XXS_1x2_AVX2
+	k_fusedIQ2_XXS_4x1_AVX2
+	k_fusedIQ2_XXS_1x1_AVX2
+	k_fusedIQ2_XXS_4x2_AVX2
+	k_fusedIQ2_XXS_1x2_AVX2
+	k_fusedIQ2_XS_4x1_AVX2
+	k_fusedIQ2_XS_1x1_AVX2
+	k_fusedIQ2_XS_4x2_AVX2
+	k_fusedIQ2_XS_1x2_AVX2
+	k_fusedIQ2_S_4x1_AVX2
+	k_fusedIQ2_S_1x1_AVX2
+	k_fusedIQ2_S_4x2_AVX2
+	k_fusedIQ2_S_1x2_AVX2
+	k_fusedIQ1_S_4x1_AVX2
+	k_fusedIQ1_S_1x1_AVX2
+	k_fusedIQ1_S_4x2_AVX2
+	k_fusedIQ1_S_1x2_AVX2
+	k_fusedIQ1_M_4x1_AVX2
+	k_fusedIQ1_M_1x1_AVX2
+	k_fusedIQ1_M_4x2_AVX2
+	k_fusedIQ1_M_1x2_AVX2
 	k_dotF32_4x1_AVX512
 	k_dotF32_1x1_AVX512
 	k_dotF32_4x2_AVX512
@@ -487,6 +557,34 @@ const (
 	k_fusedIQ4_XS_1x5_AVX512
 	k_fusedIQ4_XS_4x6_AVX512
 	k_fusedIQ4_XS_1x6_AVX512
+	k_fusedIQ3_S_4x1_AVX512
+	k_fusedIQ3_S_1x1_AVX512
+	k_fusedIQ3_S_4x2_AVX512
+	k_fusedIQ3_S_1x2_AVX512
+	k_fusedIQ3_XXS_4x1_AVX512
+	k_fusedIQ3_XXS_1x1_AVX512
+	k_fusedIQ3_XXS_4x2_AVX512
+	k_fusedIQ3_XXS_1x2_AVX512
+	k_fusedIQ2_XXS_4x1_AVX512
+	k_fusedIQ2_XXS_1x1_AVX512
+	k_fusedIQ2_XXS_4x2_AVX512
+	k_fusedIQ2_XXS_1x2_AVX512
+	k_fusedIQ2_XS_4x1_AVX512
+	k_fusedIQ2_XS_1x1_AVX512
+	k_fusedIQ2_XS_4x2_AVX512
+	k_fusedIQ2_XS_1x2_AVX512
+	k_fusedIQ2_S_4x1_AVX512
+	k_fusedIQ2_S_1x1_AVX512
+	k_fusedIQ2_S_4x2_AVX512
+	k_fusedIQ2_S_1x2_AVX512
+	k_fusedIQ1_S_4x1_AVX512
+	k_fusedIQ1_S_1x1_AVX512
+	k_fusedIQ1_S_4x2_AVX512
+	k_fusedIQ1_S_1x2_AVX512
+	k_fusedIQ1_M_4x1_AVX512
+	k_fusedIQ1_M_1x1_AVX512
+	k_fusedIQ1_M_4x2_AVX512
+	k_fusedIQ1_M_1x2_AVX512
 )
 
 func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32) {
@@ -623,6 +721,62 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedIQ4_XS_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x2_AVX2:
 		fusedIQ4_XS_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_S_4x1_AVX2:
+		fusedIQ3_S_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_S_1x1_AVX2:
+		fusedIQ3_S_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_S_4x2_AVX2:
+		fusedIQ3_S_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_S_1x2_AVX2:
+		fusedIQ3_S_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_XXS_4x1_AVX2:
+		fusedIQ3_XXS_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_XXS_1x1_AVX2:
+		fusedIQ3_XXS_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_XXS_4x2_AVX2:
+		fusedIQ3_XXS_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_XXS_1x2_AVX2:
+		fusedIQ3_XXS_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XXS_4x1_AVX2:
+		fusedIQ2_XXS_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XXS_1x1_AVX2:
+		fusedIQ2_XXS_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XXS_4x2_AVX2:
+		fusedIQ2_XXS_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XXS_1x2_AVX2:
+		fusedIQ2_XXS_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XS_4x1_AVX2:
+		fusedIQ2_XS_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XS_1x1_AVX2:
+		fusedIQ2_XS_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XS_4x2_AVX2:
+		fusedIQ2_XS_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XS_1x2_AVX2:
+		fusedIQ2_XS_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_S_4x1_AVX2:
+		fusedIQ2_S_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_S_1x1_AVX2:
+		fusedIQ2_S_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_S_4x2_AVX2:
+		fusedIQ2_S_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_S_1x2_AVX2:
+		fusedIQ2_S_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_S_4x1_AVX2:
+		fusedIQ1_S_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_S_1x1_AVX2:
+		fusedIQ1_S_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_S_4x2_AVX2:
+		fusedIQ1_S_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_S_1x2_AVX2:
+		fusedIQ1_S_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_M_4x1_AVX2:
+		fusedIQ1_M_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_M_1x1_AVX2:
+		fusedIQ1_M_1x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_M_4x2_AVX2:
+		fusedIQ1_M_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_M_1x2_AVX2:
+		fusedIQ1_M_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF32_4x1_AVX512:
 		dotF32_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF32_1x1_AVX512:
@@ -1003,6 +1157,62 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedIQ4_XS_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x6_AVX512:
 		fusedIQ4_XS_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_S_4x1_AVX512:
+		fusedIQ3_S_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_S_1x1_AVX512:
+		fusedIQ3_S_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_S_4x2_AVX512:
+		fusedIQ3_S_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_S_1x2_AVX512:
+		fusedIQ3_S_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_XXS_4x1_AVX512:
+		fusedIQ3_XXS_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_XXS_1x1_AVX512:
+		fusedIQ3_XXS_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_XXS_4x2_AVX512:
+		fusedIQ3_XXS_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ3_XXS_1x2_AVX512:
+		fusedIQ3_XXS_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XXS_4x1_AVX512:
+		fusedIQ2_XXS_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XXS_1x1_AVX512:
+		fusedIQ2_XXS_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XXS_4x2_AVX512:
+		fusedIQ2_XXS_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XXS_1x2_AVX512:
+		fusedIQ2_XXS_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XS_4x1_AVX512:
+		fusedIQ2_XS_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XS_1x1_AVX512:
+		fusedIQ2_XS_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XS_4x2_AVX512:
+		fusedIQ2_XS_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_XS_1x2_AVX512:
+		fusedIQ2_XS_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_S_4x1_AVX512:
+		fusedIQ2_S_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_S_1x1_AVX512:
+		fusedIQ2_S_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_S_4x2_AVX512:
+		fusedIQ2_S_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ2_S_1x2_AVX512:
+		fusedIQ2_S_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_S_4x1_AVX512:
+		fusedIQ1_S_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_S_1x1_AVX512:
+		fusedIQ1_S_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_S_4x2_AVX512:
+		fusedIQ1_S_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_S_1x2_AVX512:
+		fusedIQ1_S_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_M_4x1_AVX512:
+		fusedIQ1_M_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_M_1x1_AVX512:
+		fusedIQ1_M_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_M_4x2_AVX512:
+		fusedIQ1_M_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ1_M_1x2_AVX512:
+		fusedIQ1_M_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -1497,31 +1707,45 @@ var inoutAVX2 = [...]inoutFamily{
 var vecAVX2 = vecKernels{axpy: k_axpy_AVX2, geluMul: k_geluMul_AVX2, max: k_max_AVX2, expSub: k_expSub_AVX2, scale: k_scale_AVX2, softcap: k_softcap_AVX2, addScaled: k_addScaled_AVX2}
 
 var dequantAVX2 = [numDQ]dequantKernel{
-	dqQ4_0:   k_dequantQ4_0_AVX2,
-	dqQ4_1:   k_dequantQ4_1_AVX2,
-	dqQ5_0:   k_dequantQ5_0_AVX2,
-	dqQ5_1:   k_dequantQ5_1_AVX2,
-	dqQ2_K:   k_dequantQ2_K_AVX2,
-	dqQ3_K:   k_dequantQ3_K_AVX2,
-	dqQ4_K:   k_dequantQ4_K_AVX2,
-	dqQ5_K:   k_dequantQ5_K_AVX2,
-	dqQ6_K:   k_dequantQ6_K_AVX2,
-	dqIQ4_NL: k_dequantIQ4_NL_AVX2,
-	dqIQ4_XS: k_dequantIQ4_XS_AVX2,
+	dqQ4_0:    k_dequantQ4_0_AVX2,
+	dqQ4_1:    k_dequantQ4_1_AVX2,
+	dqQ5_0:    k_dequantQ5_0_AVX2,
+	dqQ5_1:    k_dequantQ5_1_AVX2,
+	dqQ2_K:    k_dequantQ2_K_AVX2,
+	dqQ3_K:    k_dequantQ3_K_AVX2,
+	dqQ4_K:    k_dequantQ4_K_AVX2,
+	dqQ5_K:    k_dequantQ5_K_AVX2,
+	dqQ6_K:    k_dequantQ6_K_AVX2,
+	dqIQ4_NL:  k_dequantIQ4_NL_AVX2,
+	dqIQ4_XS:  k_dequantIQ4_XS_AVX2,
+	dqIQ3_S:   k_dequantIQ3_S_AVX2,
+	dqIQ3_XXS: k_dequantIQ3_XXS_AVX2,
+	dqIQ2_XXS: k_dequantIQ2_XXS_AVX2,
+	dqIQ2_XS:  k_dequantIQ2_XS_AVX2,
+	dqIQ2_S:   k_dequantIQ2_S_AVX2,
+	dqIQ1_S:   k_dequantIQ1_S_AVX2,
+	dqIQ1_M:   k_dequantIQ1_M_AVX2,
 }
 
 var fusedAVX2 = [numDQ]dotFamily{
-	dqQ4_0:   {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX2, k_fusedQ4_0_4x2_AVX2}, one: []dotKernel{k_fusedQ4_0_1x1_AVX2, k_fusedQ4_0_1x2_AVX2}},
-	dqQ4_1:   {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX2, k_fusedQ4_1_4x2_AVX2}, one: []dotKernel{k_fusedQ4_1_1x1_AVX2, k_fusedQ4_1_1x2_AVX2}},
-	dqQ5_0:   {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX2, k_fusedQ5_0_4x2_AVX2}, one: []dotKernel{k_fusedQ5_0_1x1_AVX2, k_fusedQ5_0_1x2_AVX2}},
-	dqQ5_1:   {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX2, k_fusedQ5_1_4x2_AVX2}, one: []dotKernel{k_fusedQ5_1_1x1_AVX2, k_fusedQ5_1_1x2_AVX2}},
-	dqQ2_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX2, k_fusedQ2_K_4x2_AVX2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX2, k_fusedQ2_K_1x2_AVX2}},
-	dqQ3_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX2, k_fusedQ3_K_4x2_AVX2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX2, k_fusedQ3_K_1x2_AVX2}},
-	dqQ4_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX2, k_fusedQ4_K_4x2_AVX2}, one: []dotKernel{k_fusedQ4_K_1x1_AVX2, k_fusedQ4_K_1x2_AVX2}},
-	dqQ5_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX2, k_fusedQ5_K_4x2_AVX2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX2, k_fusedQ5_K_1x2_AVX2}},
-	dqQ6_K:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX2, k_fusedQ6_K_4x2_AVX2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX2, k_fusedQ6_K_1x2_AVX2}},
-	dqIQ4_NL: {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX2, k_fusedIQ4_NL_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX2, k_fusedIQ4_NL_1x2_AVX2}},
-	dqIQ4_XS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX2, k_fusedIQ4_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX2, k_fusedIQ4_XS_1x2_AVX2}},
+	dqQ4_0:    {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX2, k_fusedQ4_0_4x2_AVX2}, one: []dotKernel{k_fusedQ4_0_1x1_AVX2, k_fusedQ4_0_1x2_AVX2}},
+	dqQ4_1:    {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX2, k_fusedQ4_1_4x2_AVX2}, one: []dotKernel{k_fusedQ4_1_1x1_AVX2, k_fusedQ4_1_1x2_AVX2}},
+	dqQ5_0:    {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX2, k_fusedQ5_0_4x2_AVX2}, one: []dotKernel{k_fusedQ5_0_1x1_AVX2, k_fusedQ5_0_1x2_AVX2}},
+	dqQ5_1:    {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX2, k_fusedQ5_1_4x2_AVX2}, one: []dotKernel{k_fusedQ5_1_1x1_AVX2, k_fusedQ5_1_1x2_AVX2}},
+	dqQ2_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX2, k_fusedQ2_K_4x2_AVX2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX2, k_fusedQ2_K_1x2_AVX2}},
+	dqQ3_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX2, k_fusedQ3_K_4x2_AVX2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX2, k_fusedQ3_K_1x2_AVX2}},
+	dqQ4_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX2, k_fusedQ4_K_4x2_AVX2}, one: []dotKernel{k_fusedQ4_K_1x1_AVX2, k_fusedQ4_K_1x2_AVX2}},
+	dqQ5_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX2, k_fusedQ5_K_4x2_AVX2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX2, k_fusedQ5_K_1x2_AVX2}},
+	dqQ6_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX2, k_fusedQ6_K_4x2_AVX2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX2, k_fusedQ6_K_1x2_AVX2}},
+	dqIQ4_NL:  {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX2, k_fusedIQ4_NL_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX2, k_fusedIQ4_NL_1x2_AVX2}},
+	dqIQ4_XS:  {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX2, k_fusedIQ4_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX2, k_fusedIQ4_XS_1x2_AVX2}},
+	dqIQ3_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX2, k_fusedIQ3_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX2, k_fusedIQ3_S_1x2_AVX2}},
+	dqIQ3_XXS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX2, k_fusedIQ3_XXS_4x2_AVX2}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX2, k_fusedIQ3_XXS_1x2_AVX2}},
+	dqIQ2_XXS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX2, k_fusedIQ2_XXS_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX2, k_fusedIQ2_XXS_1x2_AVX2}},
+	dqIQ2_XS:  {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX2, k_fusedIQ2_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX2, k_fusedIQ2_XS_1x2_AVX2}},
+	dqIQ2_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX2, k_fusedIQ2_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX2, k_fusedIQ2_S_1x2_AVX2}},
+	dqIQ1_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX2, k_fusedIQ1_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX2, k_fusedIQ1_S_1x2_AVX2}},
+	dqIQ1_M:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX2, k_fusedIQ1_M_4x2_AVX2}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX2, k_fusedIQ1_M_1x2_AVX2}},
 }
 
 var fmaPeakAVX2 = fmaPeak_AVX2
@@ -1551,31 +1775,45 @@ var inoutAVX512 = [...]inoutFamily{
 var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512, softcap: k_softcap_AVX512, addScaled: k_addScaled_AVX512}
 
 var dequantAVX512 = [numDQ]dequantKernel{
-	dqQ4_0:   k_dequantQ4_0_AVX512,
-	dqQ4_1:   k_dequantQ4_1_AVX512,
-	dqQ5_0:   k_dequantQ5_0_AVX512,
-	dqQ5_1:   k_dequantQ5_1_AVX512,
-	dqQ2_K:   k_dequantQ2_K_AVX512,
-	dqQ3_K:   k_dequantQ3_K_AVX512,
-	dqQ4_K:   k_dequantQ4_K_AVX512,
-	dqQ5_K:   k_dequantQ5_K_AVX512,
-	dqQ6_K:   k_dequantQ6_K_AVX512,
-	dqIQ4_NL: k_dequantIQ4_NL_AVX512,
-	dqIQ4_XS: k_dequantIQ4_XS_AVX512,
+	dqQ4_0:    k_dequantQ4_0_AVX512,
+	dqQ4_1:    k_dequantQ4_1_AVX512,
+	dqQ5_0:    k_dequantQ5_0_AVX512,
+	dqQ5_1:    k_dequantQ5_1_AVX512,
+	dqQ2_K:    k_dequantQ2_K_AVX512,
+	dqQ3_K:    k_dequantQ3_K_AVX512,
+	dqQ4_K:    k_dequantQ4_K_AVX512,
+	dqQ5_K:    k_dequantQ5_K_AVX512,
+	dqQ6_K:    k_dequantQ6_K_AVX512,
+	dqIQ4_NL:  k_dequantIQ4_NL_AVX512,
+	dqIQ4_XS:  k_dequantIQ4_XS_AVX512,
+	dqIQ3_S:   k_dequantIQ3_S_AVX512,
+	dqIQ3_XXS: k_dequantIQ3_XXS_AVX512,
+	dqIQ2_XXS: k_dequantIQ2_XXS_AVX512,
+	dqIQ2_XS:  k_dequantIQ2_XS_AVX512,
+	dqIQ2_S:   k_dequantIQ2_S_AVX512,
+	dqIQ1_S:   k_dequantIQ1_S_AVX512,
+	dqIQ1_M:   k_dequantIQ1_M_AVX512,
 }
 
 var fusedAVX512 = [numDQ]dotFamily{
-	dqQ4_0:   {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512, k_fusedQ4_0_4x5_AVX512, k_fusedQ4_0_4x6_AVX512}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512, k_fusedQ4_0_1x5_AVX512, k_fusedQ4_0_1x6_AVX512}},
-	dqQ4_1:   {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512, k_fusedQ4_1_4x5_AVX512, k_fusedQ4_1_4x6_AVX512}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512, k_fusedQ4_1_1x5_AVX512, k_fusedQ4_1_1x6_AVX512}},
-	dqQ5_0:   {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512, k_fusedQ5_0_4x5_AVX512, k_fusedQ5_0_4x6_AVX512}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512, k_fusedQ5_0_1x5_AVX512, k_fusedQ5_0_1x6_AVX512}},
-	dqQ5_1:   {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512, k_fusedQ5_1_4x4_AVX512, k_fusedQ5_1_4x5_AVX512, k_fusedQ5_1_4x6_AVX512}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512, k_fusedQ5_1_1x4_AVX512, k_fusedQ5_1_1x5_AVX512, k_fusedQ5_1_1x6_AVX512}},
-	dqQ2_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_4x3_AVX512, k_fusedQ2_K_4x4_AVX512, k_fusedQ2_K_4x5_AVX512, k_fusedQ2_K_4x6_AVX512}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512, k_fusedQ2_K_1x5_AVX512, k_fusedQ2_K_1x6_AVX512}},
-	dqQ3_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512, k_fusedQ3_K_4x2_AVX512, k_fusedQ3_K_4x3_AVX512, k_fusedQ3_K_4x4_AVX512, k_fusedQ3_K_4x5_AVX512, k_fusedQ3_K_4x6_AVX512}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512, k_fusedQ3_K_1x2_AVX512, k_fusedQ3_K_1x3_AVX512, k_fusedQ3_K_1x4_AVX512, k_fusedQ3_K_1x5_AVX512, k_fusedQ3_K_1x6_AVX512}},
-	dqQ4_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512, k_fusedQ4_K_4x5_AVX512, k_fusedQ4_K_4x6_AVX512}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512, k_fusedQ4_K_1x5_AVX512, k_fusedQ4_K_1x6_AVX512}},
-	dqQ5_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_4x3_AVX512, k_fusedQ5_K_4x4_AVX512, k_fusedQ5_K_4x5_AVX512, k_fusedQ5_K_4x6_AVX512}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512, k_fusedQ5_K_1x5_AVX512, k_fusedQ5_K_1x6_AVX512}},
-	dqQ6_K:   {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_4x3_AVX512, k_fusedQ6_K_4x4_AVX512, k_fusedQ6_K_4x5_AVX512, k_fusedQ6_K_4x6_AVX512}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512, k_fusedQ6_K_1x5_AVX512, k_fusedQ6_K_1x6_AVX512}},
-	dqIQ4_NL: {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_4x3_AVX512, k_fusedIQ4_NL_4x4_AVX512, k_fusedIQ4_NL_4x5_AVX512, k_fusedIQ4_NL_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512, k_fusedIQ4_NL_1x5_AVX512, k_fusedIQ4_NL_1x6_AVX512}},
-	dqIQ4_XS: {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_4x3_AVX512, k_fusedIQ4_XS_4x4_AVX512, k_fusedIQ4_XS_4x5_AVX512, k_fusedIQ4_XS_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512, k_fusedIQ4_XS_1x5_AVX512, k_fusedIQ4_XS_1x6_AVX512}},
+	dqQ4_0:    {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512, k_fusedQ4_0_4x5_AVX512, k_fusedQ4_0_4x6_AVX512}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512, k_fusedQ4_0_1x5_AVX512, k_fusedQ4_0_1x6_AVX512}},
+	dqQ4_1:    {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512, k_fusedQ4_1_4x5_AVX512, k_fusedQ4_1_4x6_AVX512}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512, k_fusedQ4_1_1x5_AVX512, k_fusedQ4_1_1x6_AVX512}},
+	dqQ5_0:    {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512, k_fusedQ5_0_4x5_AVX512, k_fusedQ5_0_4x6_AVX512}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512, k_fusedQ5_0_1x5_AVX512, k_fusedQ5_0_1x6_AVX512}},
+	dqQ5_1:    {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512, k_fusedQ5_1_4x4_AVX512, k_fusedQ5_1_4x5_AVX512, k_fusedQ5_1_4x6_AVX512}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512, k_fusedQ5_1_1x4_AVX512, k_fusedQ5_1_1x5_AVX512, k_fusedQ5_1_1x6_AVX512}},
+	dqQ2_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_4x3_AVX512, k_fusedQ2_K_4x4_AVX512, k_fusedQ2_K_4x5_AVX512, k_fusedQ2_K_4x6_AVX512}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512, k_fusedQ2_K_1x5_AVX512, k_fusedQ2_K_1x6_AVX512}},
+	dqQ3_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512, k_fusedQ3_K_4x2_AVX512, k_fusedQ3_K_4x3_AVX512, k_fusedQ3_K_4x4_AVX512, k_fusedQ3_K_4x5_AVX512, k_fusedQ3_K_4x6_AVX512}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512, k_fusedQ3_K_1x2_AVX512, k_fusedQ3_K_1x3_AVX512, k_fusedQ3_K_1x4_AVX512, k_fusedQ3_K_1x5_AVX512, k_fusedQ3_K_1x6_AVX512}},
+	dqQ4_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512, k_fusedQ4_K_4x5_AVX512, k_fusedQ4_K_4x6_AVX512}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512, k_fusedQ4_K_1x5_AVX512, k_fusedQ4_K_1x6_AVX512}},
+	dqQ5_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_4x3_AVX512, k_fusedQ5_K_4x4_AVX512, k_fusedQ5_K_4x5_AVX512, k_fusedQ5_K_4x6_AVX512}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512, k_fusedQ5_K_1x5_AVX512, k_fusedQ5_K_1x6_AVX512}},
+	dqQ6_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_4x3_AVX512, k_fusedQ6_K_4x4_AVX512, k_fusedQ6_K_4x5_AVX512, k_fusedQ6_K_4x6_AVX512}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512, k_fusedQ6_K_1x5_AVX512, k_fusedQ6_K_1x6_AVX512}},
+	dqIQ4_NL:  {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_4x3_AVX512, k_fusedIQ4_NL_4x4_AVX512, k_fusedIQ4_NL_4x5_AVX512, k_fusedIQ4_NL_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512, k_fusedIQ4_NL_1x5_AVX512, k_fusedIQ4_NL_1x6_AVX512}},
+	dqIQ4_XS:  {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_4x3_AVX512, k_fusedIQ4_XS_4x4_AVX512, k_fusedIQ4_XS_4x5_AVX512, k_fusedIQ4_XS_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512, k_fusedIQ4_XS_1x5_AVX512, k_fusedIQ4_XS_1x6_AVX512}},
+	dqIQ3_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX512, k_fusedIQ3_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX512, k_fusedIQ3_S_1x2_AVX512}},
+	dqIQ3_XXS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX512, k_fusedIQ3_XXS_4x2_AVX512}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX512, k_fusedIQ3_XXS_1x2_AVX512}},
+	dqIQ2_XXS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX512, k_fusedIQ2_XXS_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX512, k_fusedIQ2_XXS_1x2_AVX512}},
+	dqIQ2_XS:  {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX512, k_fusedIQ2_XS_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX512, k_fusedIQ2_XS_1x2_AVX512}},
+	dqIQ2_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX512, k_fusedIQ2_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX512, k_fusedIQ2_S_1x2_AVX512}},
+	dqIQ1_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX512, k_fusedIQ1_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX512, k_fusedIQ1_S_1x2_AVX512}},
+	dqIQ1_M:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX512, k_fusedIQ1_M_4x2_AVX512}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX512, k_fusedIQ1_M_1x2_AVX512}},
 }
 
 var fmaPeakAVX512 = fmaPeak_AVX512

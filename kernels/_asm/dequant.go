@@ -35,10 +35,18 @@ const (
 	dQ6_K
 	dIQ4_NL
 	dIQ4_XS
+	dIQ3_S
+	dIQ3_XXS
+	dIQ2_XXS
+	dIQ2_XS
+	dIQ2_S
+	dIQ1_S
+	dIQ1_M
 	numDQ
 )
 
-var dqNames = [...]string{"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
+var dqNames = [...]string{"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
+	"IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"}
 
 func (k dqkind) String() string { return dqNames[k] }
 
@@ -47,6 +55,8 @@ var dqBlock = [...]struct{ elems, bytes int }{
 	dQ4_0: {32, 18}, dQ4_1: {32, 20}, dQ5_0: {32, 22}, dQ5_1: {32, 24},
 	dQ2_K: {256, 84}, dQ3_K: {256, 110}, dQ4_K: {256, 144}, dQ5_K: {256, 176}, dQ6_K: {256, 210},
 	dIQ4_NL: {32, 18}, dIQ4_XS: {256, 136},
+	dIQ3_S: {256, 110}, dIQ3_XXS: {256, 98}, dIQ2_XXS: {256, 66}, dIQ2_XS: {256, 74}, dIQ2_S: {256, 82},
+	dIQ1_S: {256, 50}, dIQ1_M: {256, 56},
 }
 
 // kvaluesIQ4NL is ggml's kvalues_iq4nl (tensor.kvaluesIQ4NL): the 16
@@ -75,6 +85,7 @@ type dq struct {
 	w        *strided
 	row      int
 	sink     *fusedSink
+	lanes    []Register // iquant: the current grid indices, 4 a register
 }
 
 // hasLocal reports whether kind k's block decoder keeps per-sub-block
@@ -84,7 +95,7 @@ func hasLocal(k dqkind) bool {
 	case dQ2_K, dQ3_K, dQ4_K, dQ5_K, dQ6_K:
 		return true
 	}
-	return false
+	return isIQ(k)
 }
 
 // block emits the decoding of one block of kind k (tbl: IQ4's levels).
@@ -106,6 +117,8 @@ func (g *dq) block(k dqkind, tbl VecVirtual) {
 		g.iq4(tbl, g.a.q8Scale(g.at(0)), 2, 0)
 	case dIQ4_XS:
 		g.iq4XS(tbl)
+	default:
+		g.iquant(k)
 	}
 }
 

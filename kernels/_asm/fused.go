@@ -75,7 +75,7 @@ func (s *fusedSink) add(g *dq, f VecVirtual, i int) {
 // decoder state at once, so only where the registers allow.
 func interleaved(a arch, k dqkind, R, T int) bool {
 	switch {
-	case R == 1:
+	case R == 1 || isIQ(k):
 		return false
 	case a.zmm:
 		return T <= 2
@@ -105,8 +105,13 @@ func fusedName(a arch, k dqkind, R, T int) string {
 // block type, E one block).
 func genFusedTable(tb *strings.Builder, a arch) {
 	fmt.Fprintf(tb, "\nvar fused%s = [numDQ]dotFamily{\n", a.name)
-	s := fusedShape(a)
 	for k := dqkind(0); k < numDQ; k++ {
+		s := fusedShape(a)
+		if isIQ(k) {
+			// Decoding a codebook block is most of the kernel's code:
+			// larger n take the two-pass path instead.
+			s.T = min(s.T, 2)
+		}
 		var full, one []string
 		for T := 1; T <= s.T; T++ {
 			genFused(a, k, s.R, T)

@@ -1,0 +1,600 @@
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"math"
+	"slices"
+	"strconv"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The codebook i-quants (IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
+// IQ1_M) store each group of 8 (IQ3: 4) elements as an index into a fixed
+// grid of small magnitudes, with a sign bit per element (IQ1: a ±1/8
+// shift per group instead) and a scale per 32 or 16 elements. A grid holds
+// at most 8 distinct magnitudes, so the decoders load each group's entry
+// from a copy of the grid that stores the rank of every magnitude instead
+// of the magnitude, and look the ranks up (VPERMPS) in a vector
+// of the scale times each magnitude: the products tensor.DequantizeRow
+// computes, one rounding each. The sign comes as the rank's bit 3 (zmm:
+// the table's upper half holds the negated products) or, on ymm, whose
+// VPERMPS has only 8 entries, as a float sign flip: for values that are
+// not NaN, -(s·m) and (s·m)·(-1) have the same bits. IQ1's shifts are the
+// rank's bit 2 (IQ1_M) or a table per scale (IQ1_S).
+
+// iqKind describes one codebook type.
+type iqKind struct {
+	grid  string // ggml's grid, by its name in tensor/iquant_tables.go
+	entry int    // bytes (elements) an entry: 4 or 8
+	int8  bool   // signed grid values (IQ1)
+	half  bool   // a scale per 16 elements rather than 32
+	shift bool   // IQ1: a shift of the grid values instead of signs
+}
+
+var iqKinds = map[dqkind]iqKind{
+	dIQ3_S:   {grid: "iq3sGrid", entry: 4},
+	dIQ3_XXS: {grid: "iq3xxsGrid", entry: 4},
+	dIQ2_XXS: {grid: "iq2xxsGrid", entry: 8},
+	dIQ2_XS:  {grid: "iq2xsGrid", entry: 8, half: true},
+	dIQ2_S:   {grid: "iq2sGrid", entry: 8, half: true},
+	dIQ1_S:   {grid: "iq1sGrid", entry: 8, int8: true, shift: true},
+	dIQ1_M:   {grid: "iq1sGrid", entry: 8, int8: true, half: true, shift: true},
+}
+
+func isIQ(k dqkind) bool { _, ok := iqKinds[k]; return ok }
+
+// iqTablesPath is tensor's copy of ggml's grids, read by the generator so
+// that the kernels' tables cannot drift from the pure-Go decoders'.
+const iqTablesPath = "../../tensor/iquant_tables.go"
+
+var tensorTables map[string][]uint64
+
+// tensorTable returns the elements of the array variable name of
+// iqTablesPath.
+func tensorTable(name string) []uint64 {
+	if tensorTables == nil {
+		tensorTables = map[string][]uint64{}
+		f, err := parser.ParseFile(token.NewFileSet(), iqTablesPath, nil, 0)
+		if err != nil {
+			panic(err)
+		}
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, s := range gd.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, v := range vs.Values {
+					cl, ok := v.(*ast.CompositeLit)
+					if !ok {
+						continue
+					}
+					var vals []uint64
+					for _, e := range cl.Elts {
+						neg := false
+						if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.SUB {
+							neg, e = true, u.X
+						}
+						n, err := strconv.ParseUint(e.(*ast.BasicLit).Value, 0, 64)
+						if err != nil {
+							panic(err)
+						}
+						if neg {
+							n = -n
+						}
+						vals = append(vals, n)
+					}
+					tensorTables[vs.Names[i].Name] = vals
+				}
+			}
+		}
+	}
+	t, ok := tensorTables[name]
+	if !ok {
+		panic(iqTablesPath + " has no table " + name)
+	}
+	return t
+}
+
+// iqMagnitudes returns the distinct values of kind k's grid, ascending.
+func iqMagnitudes(k dqkind) []int {
+	s := iqKinds[k]
+	var m []int
+	for _, e := range tensorTable(s.grid) {
+		for j := 0; j < s.entry; j++ {
+			v := int(uint8(e >> (8 * j)))
+			if s.int8 {
+				v = int(int8(v))
+			}
+			if !slices.Contains(m, v) {
+				m = append(m, v)
+			}
+		}
+	}
+	slices.Sort(m)
+	if len(m) > 8 || s.shift && len(m) > 4 {
+		panic(fmt.Sprintf("%v: %d grid values", k, len(m)))
+	}
+	return m
+}
+
+// iqRanks is kind k's grid with every value replaced by its rank in
+// iqMagnitudes.
+func (g *dq) iqRanks(k dqkind) Mem {
+	s := iqKinds[k]
+	name := fmt.Sprintf("dq_ranks_%s", s.grid)
+	if m, ok := constVecs[name]; ok {
+		return m
+	}
+	mags := iqMagnitudes(k)
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, e := range tensorTable(s.grid) {
+		var r uint64
+		for j := 0; j < s.entry; j++ {
+			v := int(uint8(e >> (8 * j)))
+			if s.int8 {
+				v = int(int8(v))
+			}
+			r |= uint64(slices.Index(mags, v)) << (8 * j)
+		}
+		if s.entry == 4 {
+			DATA(4*i, U32(uint32(r)))
+		} else {
+			DATA(8*i, U64(r))
+		}
+	}
+	constVecs[name] = m
+	return m
+}
+
+// iqLevels is the vector the scale multiplies into kind k's lookup table:
+// the magnitudes by rank, on zmm followed by their negations from entry 8;
+// IQ1 the grid values plus 1/8 (minus 1/8 from entry 4 for IQ1_M; IQ1_S
+// has a second vector of them, minus 1/8, after the first).
+func (g *dq) iqLevels(k dqkind) Mem {
+	a, s := g.a, iqKinds[k]
+	mags := iqMagnitudes(k)
+	var w []uint32
+	f := func(v float32) uint32 { return math.Float32bits(v) }
+	switch {
+	case k == dIQ1_S:
+		for _, sh := range []float32{iq1Delta, -iq1Delta} {
+			for i := 0; i < a.V; i++ {
+				var v float32
+				if i < len(mags) {
+					v = float32(mags[i]) + sh
+				}
+				w = append(w, f(v))
+			}
+		}
+	case s.shift:
+		w = make([]uint32, a.V)
+		for i := range w {
+			if r := i % 8 % 4; r < len(mags) {
+				sh := float32(iq1Delta)
+				if i%8 >= 4 {
+					sh = -iq1Delta
+				}
+				w[i] = f(float32(mags[r]) + sh)
+			}
+		}
+	default:
+		w = make([]uint32, a.V)
+		for i := range w {
+			if r := i % 8; r < len(mags) {
+				v := float32(mags[r])
+				if i >= 8 {
+					v = -v
+				}
+				w[i] = f(v)
+			}
+		}
+	}
+	return a.constDwords(fmt.Sprintf("dq_levels_%s", k), w)
+}
+
+// iq1Delta is ggml's IQ1S_DELTA (and IQ1M_DELTA).
+const iq1Delta = 0.125
+
+// iqSignTable is the ymm decoders' sign flips: 256 vectors of eight
+// float32 sign masks, vector b flipping the lanes of the set bits of b;
+// ksigns: 128 vectors, vector i those of ggml's ksigns_iq2xs[i].
+func (a arch) iqSignTable(ksigns bool) Mem {
+	name := "dq_signflips"
+	n := 256
+	if ksigns {
+		name, n = "dq_signflips_ksigns", 128
+	}
+	if m, ok := constVecs[name]; ok {
+		return m
+	}
+	ks := tensorTable("ksignsIQ2XS")
+	m := GLOBL(name, RODATA|NOPTR)
+	for i := 0; i < n; i++ {
+		b := uint64(i)
+		if ksigns {
+			b = ks[i]
+		}
+		for j := 0; j < 8; j++ {
+			DATA(32*i+4*j, U32(uint32(b>>j&1)<<31))
+		}
+	}
+	constVecs[name] = m
+	return m
+}
+
+// ksignsBytes is ggml's ksigns_iq2xs.
+func ksignsBytes() Mem {
+	name := "dq_ksigns"
+	if m, ok := constVecs[name]; ok {
+		return m
+	}
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, v := range tensorTable("ksignsIQ2XS") {
+		DATA(i, U8(uint8(v)))
+	}
+	constVecs[name] = m
+	return m
+}
+
+// iqSignSource says where kind k keeps its signs: at a byte offset, one
+// bit per element in order (bitsAt ≥ 0), or as 7-bit ksigns indices.
+func iqSignSource(k dqkind) (bitsAt int, ksigns bool) {
+	switch k {
+	case dIQ3_S:
+		return 74, false
+	case dIQ2_S:
+		return 34, false
+	case dIQ3_XXS, dIQ2_XXS, dIQ2_XS:
+		return -1, true
+	}
+	return -1, false
+}
+
+// ksignsIndex puts the 7-bit ksigns index of group G (8 elements) of
+// kind k's block, times mul (a power of two), into a new register.
+func (g *dq) ksignsIndex(k dqkind, G int, mul int) GPVirtual {
+	sh := 0 // log2 mul
+	for 1<<sh < mul {
+		sh++
+	}
+	r := GP64()
+	var bit int // the index's first bit in the loaded word
+	switch k {
+	case dIQ2_XS:
+		MOVWLZX(g.at(2+2*G), r.As32())
+		bit = 9
+	case dIQ2_XXS:
+		MOVL(g.at(2+8*(G/4)+4), r.As32())
+		bit = 7 * (G % 4)
+	case dIQ3_XXS:
+		MOVL(g.at(66+4*(G/4)), r.As32())
+		bit = 7 * (G % 4)
+	}
+	switch d := bit - sh; {
+	case d > 0:
+		SHRL(U8(d), r.As32())
+	case d < 0:
+		SHLL(U8(-d), r.As32())
+	}
+	ANDL(U32(127<<sh), r.As32())
+	return r
+}
+
+// iqD returns the block's fp16 scale d in lane 0 of an xmm.
+func (g *dq) iqD(k dqkind) VecVirtual {
+	r := GP32()
+	if k == dIQ1_M {
+		// The top nibbles of the four scale words, lowest first.
+		t := GP32()
+		MOVWLZX(g.at(48), r)
+		SHRL(U8(12), r)
+		for i, sh := range []int{8, 4, 0} {
+			MOVWLZX(g.at(50+2*i), t)
+			if sh > 0 {
+				SHRL(U8(sh), t)
+			}
+			ANDL(U32(0xf0<<(4*i)), t)
+			ORL(t, r)
+		}
+	} else {
+		MOVWLZX(g.at(0), r)
+	}
+	x := XMM()
+	VMOVD(r, x)
+	VCVTPH2PS(x, x)
+	return x
+}
+
+// iqTable returns the lookup table of the scale of elements 32·ib+16·h...
+// of kind k's block, d in lane 0 of dx.
+func (g *dq) iqTable(k dqkind, dx VecVirtual, ib, h int) VecVirtual {
+	a := g.a
+	s := GP32()
+	f := XMM()
+	quarter := false // (d·(0.5+s))·c with c 0.5 or 0.25, as ggml writes it
+	switch k {
+	case dIQ3_S:
+		MOVBLZX(g.at(106+ib/2), s)
+		if ib%2 == 1 {
+			SHRL(U8(4), s)
+		}
+		ANDL(U32(15), s)
+	case dIQ3_XXS:
+		MOVL(g.at(66+4*ib), s)
+		SHRL(U8(28), s)
+		quarter = true
+	case dIQ2_XXS:
+		MOVL(g.at(2+8*ib+4), s)
+		SHRL(U8(28), s)
+		quarter = true
+	case dIQ2_XS, dIQ2_S:
+		off := 66
+		if k == dIQ2_S {
+			off = 74
+		}
+		MOVBLZX(g.at(off+ib), s)
+		if h == 1 {
+			SHRL(U8(4), s)
+		} else {
+			ANDL(U32(15), s)
+		}
+		quarter = true
+	case dIQ1_S:
+		MOVWLZX(g.at(34+2*ib), s)
+		SHRL(U8(12), s)
+		ANDL(U32(7), s)
+	case dIQ1_M:
+		MOVWLZX(g.at(48+2*(ib/2)), s)
+		if sh := 6*(ib%2) + 3*h; sh > 0 {
+			SHRL(U8(sh), s)
+		}
+		ANDL(U32(7), s)
+	}
+	VXORPS(f, f, f)
+	if quarter {
+		VCVTSI2SSL(s, f, f)
+		VADDSS(g.c(math.Float32bits(0.5)), f, f)
+		VMULSS(dx, f, f)
+		c := float32(0.25)
+		if k == dIQ3_XXS {
+			c = 0.5
+		}
+		VMULSS(g.c(math.Float32bits(c)), f, f)
+	} else {
+		// d·(2s+1)
+		LEAL(Mem{Base: s, Index: s, Scale: 1, Disp: 1}, s)
+		VCVTSI2SSL(s, f, f)
+		VMULSS(dx, f, f)
+	}
+	bc := a.vec()
+	VBROADCASTSS(f, bc)
+	t := a.vec()
+	lv := g.iqLevels(k)
+	if k == dIQ1_S {
+		// The levels of the block's shift sign, qh's bit 15.
+		sel, base := GP64(), GP64()
+		MOVWLZX(g.at(34+2*ib), sel.As32())
+		SHRL(U8(15), sel.As32())
+		sh := 5
+		if a.zmm {
+			sh = 6
+		}
+		SHLL(U8(sh), sel.As32())
+		LEAQ(lv, base)
+		lv = Mem{Base: base, Index: sel, Scale: 1}
+	}
+	VMULPS(lv, bc, t)
+	return t
+}
+
+// pand and por are VPAND and VPOR, in their EVEX forms on zmm (which can
+// name registers 16-31).
+func (a arch) pand(m Op, x, d VecVirtual) {
+	if a.zmm {
+		VPANDD(m, x, d)
+	} else {
+		VPAND(m, x, d)
+	}
+}
+
+func (a arch) por(m Op, x, d VecVirtual) {
+	if a.zmm {
+		VPORD(m, x, d)
+	} else {
+		VPOR(m, x, d)
+	}
+}
+
+// iqIndices returns the grid indices of the entries of elements 32·ib...
+// of kind k's block, a 32-bit lane each: an xmm (8-byte entries) or a
+// ymm (4-byte entries).
+func (g *dq) iqIndices(k dqkind, ib int) VecVirtual {
+	a := g.a
+	vec := XMM
+	if iqKinds[k].entry == 4 {
+		vec = YMM
+	}
+	lo := vec()
+	// tops adds the index bits above the low byte: bit pos(L) of the dword
+	// at off, for lane L, moved to bit 8 and masked.
+	tops := func(off int, word bool, sll int, srl []uint32, mask uint32) {
+		h, t := vec(), vec()
+		if word {
+			VPBROADCASTW(g.at(off), h)
+		} else {
+			VPBROADCASTD(g.at(off), h)
+		}
+		if sll > 0 {
+			VPSLLD(U8(sll), h, h)
+		}
+		if srl != nil {
+			cs := slices.Clone(srl)
+			for len(cs) < a.V {
+				cs = append(cs, 0)
+			}
+			name := "dq_srl"
+			for _, c := range srl {
+				name += fmt.Sprintf("_%d", c)
+			}
+			VPSRLVD(a.constDwords(name, cs), h, t)
+		} else {
+			t = h
+		}
+		a.pand(g.c(mask), t, t)
+		a.por(t, lo, lo)
+	}
+	switch k {
+	case dIQ3_S:
+		VPMOVZXBD(g.at(2+8*ib), lo)
+		// Bit L of qh[ib] to bit 8 of lane L: left by 8, right by L.
+		tops(66+ib, false, 8, []uint32{0, 1, 2, 3, 4, 5, 6, 7}, 0x100)
+	case dIQ3_XXS:
+		VPMOVZXBD(g.at(2+8*ib), lo)
+	case dIQ2_XXS:
+		VPMOVZXBD(g.at(2+8*ib), lo)
+	case dIQ2_XS:
+		VPMOVZXWD(g.at(2+8*ib), lo)
+		a.pand(g.c(511), lo, lo)
+	case dIQ2_S:
+		VPMOVZXBD(g.at(2+4*ib), lo)
+		tops(66+ib, false, 8, []uint32{0, 2, 4, 6}, 0x300)
+	case dIQ1_S:
+		VPMOVZXBD(g.at(2+4*ib), lo)
+		tops(34+2*ib, true, 8, []uint32{0, 3, 6, 9}, 0x700)
+	case dIQ1_M:
+		VPMOVZXBD(g.at(4*ib), lo)
+		tops(32+2*ib, true, 8, []uint32{0, 4, 8, 12}, 0x700)
+	}
+	return lo
+}
+
+// iqRanksOf loads the ranks of elements v... of the current 32, whose
+// grid indices are at the stack area's start, zero-extended to 32-bit lanes.
+func (g *dq) iqRanksOf(ranks Register, entry, v int) VecVirtual {
+	a := g.a
+	q := a.vec()
+	n := a.V / entry // entries a vector
+	ent := func(j int) Mem {
+		r := GP64()
+		l := v/entry + j
+		x := g.lanes[l/4]
+		if l%4 == 0 {
+			VMOVD(x, r.As32())
+		} else {
+			VPEXTRD(U8(l%4), x, r.As32())
+		}
+		return Mem{Base: ranks, Index: r, Scale: uint8(entry)}
+	}
+	if n == 1 {
+		VPMOVZXBD(ent(0), q)
+		return q
+	}
+	x := XMM()
+	if entry == 8 {
+		VMOVQ(ent(0), x)
+		VPINSRQ(U8(1), ent(1), x, x)
+	} else {
+		VMOVD(ent(0), x)
+		for j := 1; j < n; j++ {
+			VPINSRD(U8(j), ent(j), x, x)
+		}
+	}
+	VPMOVZXBD(x, q)
+	return q
+}
+
+// iquant decodes a block of a codebook kind k.
+func (g *dq) iquant(k dqkind) {
+	a, s := g.a, iqKinds[k]
+	dx := g.iqD(k)
+	ranks := GP64()
+	LEAQ(g.iqRanks(k), ranks)
+	bitsAt, ksigns := iqSignSource(k)
+	var sgn GPVirtual // ymm: the sign flips; zmm: ksigns
+	switch {
+	case s.shift:
+	case !a.zmm:
+		sgn = GP64()
+		LEAQ(a.iqSignTable(ksigns), sgn)
+	case ksigns:
+		sgn = GP64()
+		LEAQ(ksignsBytes(), sgn)
+	}
+	var tbl VecVirtual
+	for ib := 0; ib < 8; ib++ {
+		// The indices are extracted into general registers, which address
+		// the entries: through the stack (the store does not forward to
+		// the loads) or with gathers it is 1.3-1.5 times slower.
+		idx := g.iqIndices(k, ib)
+		lanes := []Register{idx.AsX()}
+		if s.entry == 4 {
+			hi := XMM()
+			if a.zmm {
+				VEXTRACTI32X4(U8(1), idx, hi)
+			} else {
+				VEXTRACTI128(U8(1), idx, hi)
+			}
+			lanes = append(lanes, hi)
+		}
+		g.lanes = lanes
+		for v := 0; v < 32; v += a.V {
+			e := 32*ib + v
+			if v == 0 || s.half && v == 16 {
+				tbl = g.iqTable(k, dx, ib, v/16)
+			}
+			q := g.iqRanksOf(ranks, s.entry, v)
+			G := e / 8 // the vector's first group of 8
+			if k == dIQ1_M {
+				// Group l's shift sign is bit 3 of nibble l of qh[ib]
+				// (two bytes at 32+2ib), to bit 2 of its lanes.
+				h := a.vec()
+				VPBROADCASTD(g.at(32+2*ib+v/16), h)
+				if a.zmm {
+					VPSRLVD(a.constDwords("dq_iq1m_shift", []uint32{1, 1, 1, 1, 1, 1, 1, 1, 5, 5, 5, 5, 5, 5, 5, 5}), h, h)
+				} else {
+					VPSRLD(U8(1+4*(G%2)), h, h)
+				}
+				a.pand(g.c(4), h, h)
+				a.por(h, q, q)
+			}
+			if a.zmm && !s.shift {
+				// Signs to bit 3 of the ranks: the table's negated half.
+				km := K()
+				if bitsAt >= 0 {
+					KMOVW(g.at(bitsAt+G), km)
+				} else {
+					b0, b1 := GP32(), GP32()
+					i0, i1 := g.ksignsIndex(k, G, 1), g.ksignsIndex(k, G+1, 1)
+					MOVBLZX(Mem{Base: sgn, Index: i0, Scale: 1}, b0)
+					MOVBLZX(Mem{Base: sgn, Index: i1, Scale: 1}, b1)
+					SHLL(U8(8), b1)
+					ORL(b1, b0)
+					KMOVW(b0, km)
+				}
+				VPORD(g.c(8), q, km, q)
+			}
+			f := a.vec()
+			VPERMPS(tbl, q, f)
+			if !a.zmm && !s.shift {
+				var r GPVirtual
+				if bitsAt >= 0 {
+					r = GP64()
+					MOVBLZX(g.at(bitsAt+G), r.As32())
+					SHLL(U8(5), r.As32())
+				} else {
+					r = g.ksignsIndex(k, G, 32)
+				}
+				VXORPS(Mem{Base: sgn, Index: r, Scale: 1}, f, f)
+			}
+			g.put(f, e)
+		}
+	}
+}
