@@ -86,6 +86,7 @@ type dq struct {
 	row      int
 	sink     *fusedSink
 	lanes    []Register // iquant: the current grid indices, 4 a register
+	iqr      *iqRegs
 }
 
 // hasLocal reports whether kind k's block decoder keeps per-sub-block

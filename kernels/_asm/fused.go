@@ -75,7 +75,7 @@ func (s *fusedSink) add(g *dq, f VecVirtual, i int) {
 // decoder state at once, so only where the registers allow.
 func interleaved(a arch, k dqkind, R, T int) bool {
 	switch {
-	case R == 1 || isIQ(k):
+	case R == 1 || isIQ(k) && !(a.zmm && T == 1):
 		return false
 	case a.zmm:
 		return T <= 2
@@ -156,6 +156,10 @@ func genFused(a arch, k dqkind, R, T int) {
 		tbl = XMM()
 		a.movdqu((&dq{a: a}).levels(), tbl)
 	}
+	var iqr *iqRegs
+	if isIQ(k) {
+		iqr = (&dq{a: a}).iqBases(k)
+	}
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
 	Label("loop")
@@ -166,7 +170,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	}
 	rows := make([]*dq, R)
 	for r := range rows {
-		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}}
+		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr}
 		if hasLocal(k) {
 			rows[r].local = local.Offset(128 * r)
 		}

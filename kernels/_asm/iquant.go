@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -313,69 +314,125 @@ func (g *dq) iqD(k dqkind) VecVirtual {
 	return x
 }
 
-// iqTable returns the lookup table of the scale of elements 32·ib+16·h...
-// of kind k's block, d in lane 0 of dx.
-func (g *dq) iqTable(k dqkind, dx VecVirtual, ib, h int) VecVirtual {
+// iqScales returns the scales of kind k's block (d in lane 0 of dx) as
+// float32 lanes, scale j in lane j%V of vector j/V: j = ib for a scale per
+// 32 elements, j = 8h+ib for the halves h of 16 (ymm: two vectors). The
+// arithmetic is tensor's, one rounding an operation: d·(2s+1), or
+// (d·(0.5+s))·c.
+func (g *dq) iqScales(k dqkind, dx VecVirtual) []VecVirtual {
 	a := g.a
-	s := GP32()
-	f := XMM()
-	quarter := false // (d·(0.5+s))·c with c 0.5 or 0.25, as ggml writes it
+	vec := func() VecVirtual { return a.vec() }
+	one := func(v VecVirtual) []VecVirtual { return []VecVirtual{v} }
+	var ss []VecVirtual // 32-bit integer scales
+	quarter := true
+	// nibbles splits the bytes at off into low and high nibbles.
+	nibbles := func(off int) []VecVirtual {
+		b := YMM()
+		VPMOVZXBD(g.at(off), b)
+		lo, hi := YMM(), YMM()
+		a.pand(g.c(15), b, lo)
+		VPSRLD(U8(4), b, hi)
+		if !a.zmm {
+			return []VecVirtual{lo, hi}
+		}
+		z := ZMM()
+		VINSERTI32X8(U8(1), hi, lo.AsZ(), z)
+		return one(z)
+	}
 	switch k {
 	case dIQ3_S:
-		MOVBLZX(g.at(106+ib/2), s)
-		if ib%2 == 1 {
-			SHRL(U8(4), s)
-		}
-		ANDL(U32(15), s)
+		v := vec()
+		VPBROADCASTD(g.at(106), v)
+		VPSRLVD(a.constDwords("dq_srl_nibbles", []uint32{0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0}[:a.V]), v, v)
+		a.pand(g.c(15), v, v)
+		ss, quarter = one(v), false
 	case dIQ3_XXS:
-		MOVL(g.at(66+4*ib), s)
-		SHRL(U8(28), s)
-		quarter = true
+		v := YMM()
+		a.movdquY(g.at(66), v)
+		VPSRLD(U8(28), v, v)
+		ss = one(v)
 	case dIQ2_XXS:
-		MOVL(g.at(2+8*ib+4), s)
-		SHRL(U8(28), s)
-		quarter = true
-	case dIQ2_XS, dIQ2_S:
-		off := 66
-		if k == dIQ2_S {
-			off = 74
-		}
-		MOVBLZX(g.at(off+ib), s)
-		if h == 1 {
-			SHRL(U8(4), s)
+		if a.zmm {
+			z, v := ZMM(), YMM()
+			VMOVDQU64(g.at(2), z)
+			VPSRLQ(U8(60), z, z)
+			VPMOVQD(z, v)
+			ss = one(v)
 		} else {
-			ANDL(U32(15), s)
+			p, q, v := YMM(), YMM(), YMM()
+			VMOVDQU(g.at(2), p)
+			VMOVDQU(g.at(34), q)
+			VPSRLQ(U8(60), p, p)
+			VPSRLQ(U8(60), q, q)
+			VSHUFPS(U8(0x88), q, p, v) // ib 0, 1, 4, 5 | 2, 3, 6, 7
+			VPERMQ(U8(0xd8), v, v)
+			ss = one(v)
 		}
-		quarter = true
+	case dIQ2_XS:
+		ss = nibbles(66)
+	case dIQ2_S:
+		ss = nibbles(74)
 	case dIQ1_S:
-		MOVWLZX(g.at(34+2*ib), s)
-		SHRL(U8(12), s)
-		ANDL(U32(7), s)
+		v := YMM()
+		VPMOVZXWD(g.at(34), v)
+		VPSRLD(U8(12), v, v)
+		a.pand(g.c(7), v, v)
+		ss, quarter = one(v), false
 	case dIQ1_M:
-		MOVWLZX(g.at(48+2*(ib/2)), s)
-		if sh := 6*(ib%2) + 3*h; sh > 0 {
-			SHRL(U8(sh), s)
+		// Scale (ib, h) is bits 6(ib%2)+3h of word ib/2 at 48.
+		w := vec()
+		VPMOVZXWD(g.at(48), w.AsX())
+		spread := []uint32{0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3}
+		shifts := []uint32{0, 6, 0, 6, 0, 6, 0, 6, 3, 9, 3, 9, 3, 9, 3, 9}
+		sp := vec()
+		a.movdquV(a.constDwords("dq_iq1m_spread", spread[:a.V]), sp)
+		VPERMD(w, sp, w)
+		for h := 0; h < 16/a.V; h++ {
+			v := vec()
+			VPSRLVD(a.constDwords(fmt.Sprintf("dq_iq1m_scales%d", h), shifts[a.V*h:a.V*h+a.V]), w, v)
+			a.pand(g.c(7), v, v)
+			ss = append(ss, v)
 		}
-		ANDL(U32(7), s)
+		quarter = false
 	}
-	VXORPS(f, f, f)
-	if quarter {
-		VCVTSI2SSL(s, f, f)
-		VADDSS(g.c(math.Float32bits(0.5)), f, f)
-		VMULSS(dx, f, f)
-		c := float32(0.25)
-		if k == dIQ3_XXS {
-			c = 0.5
+	bd := a.vec()
+	VBROADCASTSS(dx, bd)
+	var out []VecVirtual
+	for _, v := range ss {
+		f := a.vec()
+		var vv Register = v
+		if v.Size() < f.Size() {
+			vv = v.AsZ()
 		}
-		VMULSS(g.c(math.Float32bits(c)), f, f)
-	} else {
-		// d·(2s+1)
-		LEAL(Mem{Base: s, Index: s, Scale: 1, Disp: 1}, s)
-		VCVTSI2SSL(s, f, f)
-		VMULSS(dx, f, f)
+		if quarter {
+			VCVTDQ2PS(vv, f)
+			VADDPS(g.c(math.Float32bits(0.5)), f, f)
+			VMULPS(bd, f, f)
+			c := float32(0.25)
+			if k == dIQ3_XXS {
+				c = 0.5
+			}
+			VMULPS(g.c(math.Float32bits(c)), f, f)
+		} else {
+			t := a.vec()
+			VPSLLD(U8(1), vv, t)
+			a.por(g.c(1), t, t)
+			VCVTDQ2PS(t, f)
+			VMULPS(bd, f, f)
+		}
+		out = append(out, f)
 	}
-	bc := a.vec()
-	VBROADCASTSS(f, bc)
+	return out
+}
+
+// iqTable returns the lookup table of scale j (iqScales) of kind k's
+// block: the scale times the levels.
+func (g *dq) iqTable(k dqkind, sc []VecVirtual, j, ib int) VecVirtual {
+	a := g.a
+	idx, bc := a.vec(), a.vec()
+	lane := uint32(j % a.V)
+	a.movdquV(a.constVec(fmt.Sprintf("dq_lane%d", lane), lane), idx)
+	VPERMPS(sc[j/a.V], idx, bc)
 	t := a.vec()
 	lv := g.iqLevels(k)
 	if k == dIQ1_S {
@@ -393,6 +450,23 @@ func (g *dq) iqTable(k dqkind, dx VecVirtual, ib, h int) VecVirtual {
 	}
 	VMULPS(lv, bc, t)
 	return t
+}
+
+// movdquY loads 32 bytes; movdquV a whole vector.
+func (a arch) movdquY(m Mem, y VecVirtual) {
+	if a.zmm {
+		VMOVDQU32(m, y)
+	} else {
+		VMOVDQU(m, y)
+	}
+}
+
+func (a arch) movdquV(m Mem, v VecVirtual) {
+	if a.zmm {
+		VMOVDQU32(m, v)
+	} else {
+		VMOVDQU(m, v)
+	}
 }
 
 // pand and por are VPAND and VPOR, in their EVEX forms on zmm (which can
@@ -497,6 +571,15 @@ func (g *dq) iqRanksOf(ranks Register, entry, v int) VecVirtual {
 		VPMOVZXBD(ent(0), q)
 		return q
 	}
+	if os.Getenv("G4") != "" && entry == 4 && a.zmm {
+		x := XMM()
+		a.zero(x)
+		m := K()
+		KMOVW(g.c(0xffffffff), m)
+		VPGATHERDD(Mem{Base: ranks, Index: g.lanes[v/16], Scale: 4}, m, x)
+		VPMOVZXBD(x, q)
+		return q
+	}
 	x := XMM()
 	if entry == 8 {
 		VMOVQ(ent(0), x)
@@ -511,24 +594,41 @@ func (g *dq) iqRanksOf(ranks Register, entry, v int) VecVirtual {
 	return q
 }
 
+// iqRegs holds the addresses of a codebook kind's tables, which a fused
+// kernel loads once for all its rows.
+type iqRegs struct {
+	ranks GPVirtual
+	sgn   GPVirtual // ymm: the sign flips; zmm: ksigns; nil if none
+}
+
+func (g *dq) iqBases(k dqkind) *iqRegs {
+	a, s := g.a, iqKinds[k]
+	r := &iqRegs{ranks: GP64()}
+	LEAQ(g.iqRanks(k), r.ranks)
+	_, ksigns := iqSignSource(k)
+	switch {
+	case s.shift:
+	case !a.zmm:
+		r.sgn = GP64()
+		LEAQ(a.iqSignTable(ksigns), r.sgn)
+	case ksigns:
+		r.sgn = GP64()
+		LEAQ(ksignsBytes(), r.sgn)
+	}
+	return r
+}
+
 // iquant decodes a block of a codebook kind k.
 func (g *dq) iquant(k dqkind) {
 	a, s := g.a, iqKinds[k]
 	dx := g.iqD(k)
-	ranks := GP64()
-	LEAQ(g.iqRanks(k), ranks)
-	bitsAt, ksigns := iqSignSource(k)
-	var sgn GPVirtual // ymm: the sign flips; zmm: ksigns
-	switch {
-	case s.shift:
-	case !a.zmm:
-		sgn = GP64()
-		LEAQ(a.iqSignTable(ksigns), sgn)
-	case ksigns:
-		sgn = GP64()
-		LEAQ(ksignsBytes(), sgn)
+	if g.iqr == nil {
+		g.iqr = g.iqBases(k)
 	}
+	ranks, sgn := g.iqr.ranks, g.iqr.sgn
+	bitsAt, _ := iqSignSource(k)
 	var tbl VecVirtual
+	sc := g.iqScales(k, dx)
 	for ib := 0; ib < 8; ib++ {
 		// The indices are extracted into general registers, which address
 		// the entries: through the stack (the store does not forward to
@@ -548,22 +648,37 @@ func (g *dq) iquant(k dqkind) {
 		for v := 0; v < 32; v += a.V {
 			e := 32*ib + v
 			if v == 0 || s.half && v == 16 {
-				tbl = g.iqTable(k, dx, ib, v/16)
+				j := ib
+				if s.half {
+					j = 8*(v/16) + ib
+				}
+				tbl = g.iqTable(k, sc, j, ib)
 			}
 			q := g.iqRanksOf(ranks, s.entry, v)
 			G := e / 8 // the vector's first group of 8
 			if k == dIQ1_M {
 				// Group l's shift sign is bit 3 of nibble l of qh[ib]
 				// (two bytes at 32+2ib), to bit 2 of its lanes.
-				h := a.vec()
-				VPBROADCASTD(g.at(32+2*ib+v/16), h)
 				if a.zmm {
+					h := a.vec()
+					VPBROADCASTD(g.at(32+2*ib+v/16), h)
 					VPSRLVD(a.constDwords("dq_iq1m_shift", []uint32{1, 1, 1, 1, 1, 1, 1, 1, 5, 5, 5, 5, 5, 5, 5, 5}), h, h)
+					a.pand(g.c(4), h, h)
+					a.por(h, q, q)
 				} else {
-					VPSRLD(U8(1+4*(G%2)), h, h)
+					// Without a vector register to spare (4x2): a vector of
+					// 4s or 0s chosen by the bit.
+					r, base := GP64(), GP64()
+					MOVBLZX(g.at(32+2*ib+v/16), r.As32())
+					if G%2 == 0 {
+						SHLL(U8(2), r.As32())
+					} else {
+						SHRL(U8(2), r.As32())
+					}
+					ANDL(U32(32), r.As32())
+					LEAQ(a.constDwords("dq_iq1m_or", []uint32{0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4}), base)
+					VPOR(Mem{Base: base, Index: r, Scale: 1}, q, q)
 				}
-				a.pand(g.c(4), h, h)
-				a.por(h, q, q)
 			}
 			if a.zmm && !s.shift {
 				// Signs to bit 3 of the ranks: the table's negated half.
