@@ -1,12 +1,12 @@
 package main
 
 import (
-	"os"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 
