@@ -6,7 +6,6 @@ import (
 	"go/parser"
 	"go/token"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 
@@ -569,15 +568,6 @@ func (g *dq) iqRanksOf(ranks Register, entry, v int) VecVirtual {
 	}
 	if n == 1 {
 		VPMOVZXBD(ent(0), q)
-		return q
-	}
-	if os.Getenv("G4") != "" && entry == 4 && a.zmm {
-		x := XMM()
-		a.zero(x)
-		m := K()
-		KMOVW(g.c(0xffffffff), m)
-		VPGATHERDD(Mem{Base: ranks, Index: g.lanes[v/16], Scale: 4}, m, x)
-		VPMOVZXBD(x, q)
 		return q
 	}
 	x := XMM()
