@@ -87,6 +87,7 @@ type dq struct {
 	sink     *fusedSink
 	lanes    []Register // iquant: the current grid indices, 4 a register
 	iqr      *iqRegs
+	three    VecVirtual // Q2_K on zmm: a vector of 3s, or nil
 }
 
 // hasLocal reports whether kind k's block decoder keeps per-sub-block
@@ -595,6 +596,12 @@ func (g *dq) q2K() {
 		// (VPERMPS: loads from the stack just stored wait for the stores),
 		// and each vector looks its 2-bit quants up, plus 4k.
 		spread := make([]uint32, 16)
+		var quants [2]VecVirtual
+		three := g.three
+		if three == nil {
+			three = a.vec()
+			VMOVDQU32(g.c(3), three)
+		}
 		for c0 := 0; c0 < 16; c0 += 4 {
 			for j := range spread {
 				spread[j] = uint32(c0 + j/4)
@@ -608,11 +615,30 @@ func (g *dq) q2K() {
 			for k := 0; k < 4; k++ {
 				c := c0 + k
 				n, s, sub := c/8, c%8/2, c%2
-				q := g.and(3, g.shl(-2*s, g.u8(16+32*n+16*sub)))
-				if k > 0 {
-					o := a.vec()
-					VPORD(g.c(uint32(4*k)), q, o)
-					q = o
+				// The 16 bytes serve four sub-blocks (bit pairs s):
+				// loaded once. The top pair needs no mask; the others
+				// are masked and offset by 4k in one VPTERNLOGD.
+				if s == 0 {
+					quants[sub] = g.u8(16 + 32*n + 16*sub)
+				}
+				v := quants[sub]
+				var q VecVirtual
+				switch {
+				case s == 3 && k == 0:
+					q = g.shl(-6, v)
+				case s == 3:
+					q = a.vec()
+					VPORD(g.c(uint32(4*k)), g.shl(-6, v), q)
+				case s == 0 || k == 0:
+					q = g.and(3, g.shl(-2*s, v))
+					if k > 0 {
+						o := a.vec()
+						VPORD(g.c(uint32(4*k)), q, o)
+						q = o
+					}
+				default:
+					q = g.shl(-2*s, v)
+					VPTERNLOGD(U8(0xea), g.c(uint32(4*k)), three, q) // q&3 | 4k
 				}
 				g.lookup(lv, q, 16*c)
 			}

@@ -160,6 +160,11 @@ func genFused(a arch, k dqkind, R, T int) {
 	if isIQ(k) {
 		iqr = (&dq{a: a}).iqBases(k)
 	}
+	var three VecVirtual // shared by the rows
+	if k == dQ2_K && a.zmm {
+		three = a.vec()
+		VMOVDQU32((&dq{a: a}).c(3), three)
+	}
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
 	Label("loop")
@@ -170,7 +175,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	}
 	rows := make([]*dq, R)
 	for r := range rows {
-		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr}
+		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three}
 		if hasLocal(k) {
 			rows[r].local = local.Offset(128 * r)
 		}
