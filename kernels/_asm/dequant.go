@@ -437,18 +437,22 @@ func (g *dq) q45K(five bool) {
 	if five {
 		qs = 48
 	}
+	var q45 [2]VecVirtual
 	for s := 0; s < 8; s++ {
 		// Sub-block s: the low (even s) or high nibbles of bytes 32·(s/2)...
 		j := s / 2
 		d1, m1 := g.bcast(g.loc(4*s)), g.bcast(g.loc(32+4*s))
 		if a.zmm && !five {
+			// The odd sub-block shifts the bytes its even one loaded
+			// (VPMOVZXBD competes with VPERMPS for the shuffle unit).
 			lv := g.levels16(0, d1, m1)
 			for l0 := 0; l0 < 32; l0 += a.V {
-				v := g.u8(qs + 32*j + l0)
-				if s%2 == 1 {
-					v = g.shl(-4, v)
+				if s%2 == 0 {
+					q45[l0/a.V] = g.u8(qs + 32*j + l0)
+					g.lookup(lv, q45[l0/a.V], 32*s+l0)
+				} else {
+					g.lookup(lv, g.shl(-4, q45[l0/a.V]), 32*s+l0)
 				}
-				g.lookup(lv, v, 32*s+l0)
 			}
 			continue
 		}
