@@ -693,10 +693,37 @@ func (g *dq) q3K() {
 		}
 	}
 	g.scalesTo(x, 16, 32, a.q8Scale(g.at(108)), 0)
+	var q3q, q3h [2]VecVirtual // zmm: the low pairs and high bits in use
 	for c := 0; c < 16; c++ {
 		// Sub-block c: bit pair s of bytes 32 + 32n + 16·sub..., high bit
 		// 4n+s of bytes 16·sub...
 		n, s, sub := c/8, c%8/2, c%2
+		if a.zmm {
+			// A table per sub-block of level q-4 of the 3-bit q (entries
+			// j and j+8 alike), indexed by the bit pair, moved to bits 0-1,
+			// and the high bit at bit 2, merged in one VPTERNLOGD (the
+			// bits above 2 are left over: VPERMPS reads bits 0-3, and bit
+			// 3 picks the same level). The 16 bytes of each are loaded
+			// once for all the sub-blocks that use them.
+			lv := g.levelsMod(-4, 8, g.bcast(g.loc(4*c)), nil)
+			if s == 0 {
+				q3q[sub] = g.u8(32 + 32*n + 16*sub)
+			}
+			if n == 0 && s == 0 {
+				q3h[sub] = g.u8(16 * sub)
+			}
+			hs := g.shl(2-(4*n+s), q3h[sub]) // a new register when s = 0 (4n+s ≠ 2)
+			var idx VecVirtual
+			if s == 0 {
+				idx = hs
+				VPTERNLOGD(U8(0xd8), g.c(3), q3q[sub], idx) // bits 0-1 of q3q, the rest of hs
+			} else {
+				idx = g.shl(-2*s, q3q[sub])
+				VPTERNLOGD(U8(0xe4), g.c(3), hs, idx) // bits 0-1 of idx, the rest of hs
+			}
+			g.lookup(lv, idx, 16*c)
+			continue
+		}
 		for l0 := 0; l0 < 16; l0 += a.V {
 			qv := g.u8(32 + 32*n + 16*sub + l0)
 			hv := g.u8(16*sub + l0)
