@@ -437,7 +437,7 @@ func (g *dq) q45K(five bool) {
 	if five {
 		qs = 48
 	}
-	var q45 [2]VecVirtual
+	var q45, q5h [2]VecVirtual
 	for s := 0; s < 8; s++ {
 		// Sub-block s: the low (even s) or high nibbles of bytes 32·(s/2)...
 		j := s / 2
@@ -453,6 +453,35 @@ func (g *dq) q45K(five bool) {
 				} else {
 					g.lookup(lv, g.shl(-4, q45[l0/a.V]), 32*s+l0)
 				}
+			}
+			continue
+		}
+		if a.zmm {
+			// Q5_K: the 32 levels in two tables (VPERMI2PS reads index
+			// bits 0-4), the nibble and the fifth bit merged in one
+			// VPTERNLOGD; the fifth bits' bytes are loaded once a block.
+			lo := g.levelsMod(0, 16, d1, m1)
+			hi := g.levelsMod(16, 16, d1, m1)
+			for l0 := 0; l0 < 32; l0 += a.V {
+				i := l0 / a.V
+				if s == 0 {
+					q5h[i] = g.u8(16 + l0)
+				}
+				var v VecVirtual
+				if s%2 == 0 {
+					q45[i] = g.u8(qs + 32*j + l0)
+					v = q45[i]
+				} else {
+					v = g.shl(-4, q45[i])
+				}
+				hs := g.shl(4-s, q5h[i])
+				if s == 4 {
+					hs = a.vec()
+					VMOVDQA32(q5h[i], hs)
+				}
+				VPTERNLOGD(U8(0xd8), g.c(0x0f), v, hs) // bits 0-3 of v, the rest of hs
+				VPERMI2PS(hi, lo, hs)
+				g.put(hs, 32*s+l0)
 			}
 			continue
 		}
