@@ -138,7 +138,7 @@ func genDequant(a arch, k dqkind) string {
 		g.local = AllocLocal(128)
 	}
 	var tbl VecVirtual
-	if k == dIQ4_NL || k == dIQ4_XS {
+	if (k == dIQ4_NL || k == dIQ4_XS) && !a.zmm {
 		tbl = XMM()
 		a.movdqu(g.levels(), tbl)
 	}
@@ -766,6 +766,19 @@ func (g *dq) q3K() {
 // element i: low nibbles first, each level times scale.
 func (g *dq) iq4(tbl, scale VecVirtual, off, i int) {
 	a := g.a
+	if a.zmm {
+		// The levels times the scale, looked up by each nibble.
+		w := make([]uint32, 16)
+		for q, v := range kvaluesIQ4NL {
+			w[q] = math.Float32bits(float32(v))
+		}
+		lv := a.vec()
+		VMULPS(a.constDwords("dq_iq4nl_levels", w), scale, lv)
+		v := g.u8(off)
+		g.lookup(lv, v, i)
+		g.lookup(lv, g.shl(-4, v), i+16)
+		return
+	}
 	x, lo, hi := XMM(), XMM(), XMM()
 	a.movdqu(g.at(off), x)
 	mask := g.c(0x0f0f0f0f)

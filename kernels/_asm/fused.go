@@ -152,7 +152,7 @@ func genFused(a arch, k dqkind, R, T int) {
 		local = AllocLocal(128 * R)
 	}
 	var tbl VecVirtual
-	if k == dIQ4_NL || k == dIQ4_XS {
+	if (k == dIQ4_NL || k == dIQ4_XS) && !a.zmm {
 		tbl = XMM()
 		a.movdqu((&dq{a: a}).levels(), tbl)
 	}
