@@ -163,7 +163,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	var three VecVirtual // shared by the rows
 	if k == dQ2_K && a.zmm {
 		three = a.vec()
-		VMOVDQU32((&dq{a: a}).c(3), three)
+		VPBROADCASTD((&dq{a: a}).c(3), three)
 	}
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))

@@ -403,16 +403,22 @@ func (g *dq) iqScales(k dqkind, dx VecVirtual) []VecVirtual {
 		if v.Size() < f.Size() {
 			vv = v.AsZ()
 		}
-		if quarter {
+		c := float32(0.25)
+		if k == dIQ3_XXS {
+			c = 0.5
+		}
+		switch {
+		case quarter && a.zmm:
+			VCVTDQ2PS(vv, f)
+			VADDPS_BCST(g.c(math.Float32bits(0.5)), f, f)
+			VMULPS(bd, f, f)
+			VMULPS_BCST(g.c(math.Float32bits(c)), f, f)
+		case quarter:
 			VCVTDQ2PS(vv, f)
 			VADDPS(g.c(math.Float32bits(0.5)), f, f)
 			VMULPS(bd, f, f)
-			c := float32(0.25)
-			if k == dIQ3_XXS {
-				c = 0.5
-			}
 			VMULPS(g.c(math.Float32bits(c)), f, f)
-		} else {
+		default:
 			t := a.vec()
 			VPSLLD(U8(1), vv, t)
 			a.por(g.c(1), t, t)
@@ -430,7 +436,11 @@ func (g *dq) iqTable(k dqkind, sc []VecVirtual, j, ib int) VecVirtual {
 	a := g.a
 	idx, bc := a.vec(), a.vec()
 	lane := uint32(j % a.V)
-	a.movdquV(a.constVec(fmt.Sprintf("dq_lane%d", lane), lane), idx)
+	if a.zmm {
+		VPBROADCASTD(a.constVec(fmt.Sprintf("dq_lane%d", lane), lane), idx)
+	} else {
+		VMOVDQU(a.constVec(fmt.Sprintf("dq_lane%d", lane), lane), idx)
+	}
 	VPERMPS(sc[j/a.V], idx, bc)
 	t := a.vec()
 	lv := g.iqLevels(k)
@@ -471,7 +481,9 @@ func (a arch) movdquV(m Mem, v VecVirtual) {
 // pand and por are VPAND and VPOR, in their EVEX forms on zmm (which can
 // name registers 16-31).
 func (a arch) pand(m Op, x, d VecVirtual) {
-	if a.zmm {
+	if _, isMem := m.(Mem); isMem && a.zmm {
+		VPANDD_BCST(m, x, d) // a constant vector (dq.c)
+	} else if a.zmm {
 		VPANDD(m, x, d)
 	} else {
 		VPAND(m, x, d)
@@ -479,7 +491,9 @@ func (a arch) pand(m Op, x, d VecVirtual) {
 }
 
 func (a arch) por(m Op, x, d VecVirtual) {
-	if a.zmm {
+	if _, isMem := m.(Mem); isMem && a.zmm {
+		VPORD_BCST(m, x, d) // a constant vector (dq.c)
+	} else if a.zmm {
 		VPORD(m, x, d)
 	} else {
 		VPOR(m, x, d)
@@ -684,7 +698,7 @@ func (g *dq) iquant(k dqkind) {
 					ORL(b1, b0)
 					KMOVW(b0, km)
 				}
-				VPORD(g.c(8), q, km, q)
+				VPORD_BCST(g.c(8), q, km, q)
 			}
 			f := a.vec()
 			VPERMPS(tbl, q, f)
