@@ -9,6 +9,8 @@
 # LLAMA_BENCH (a llama-bench binary; by default one is built in OUTDIR),
 # IK_LLAMA_BENCH (ik_llama.cpp's llama-bench, built by hand from
 # ikawrakow/ik_llama.cpp; when set it runs in every round beside llama.cpp),
+# PRECISION (exact; "both" also times grok's fast prefill in each round and
+# reports it beside the exact one),
 # DROP_CACHES=1 (as root: drop the page cache and read the files again before
 # the rounds; on a VM up for hours both engines decoded F32 a third slower from
 # the old cache, bench/README.md "The page cache ages").
@@ -66,14 +68,18 @@ runs=$out/llama-runs.txt
 for r in $(seq "$rounds"); do
 	for t in $types; do
 		m=$out/medium-$t.gguf
-		g=$("$out/grok" bench -m "$m" -p 128 -n 32 -t "$threads" -r 3 --json | tr -d '\n')
+		g=$("$out/grok" bench -m "$m" -p 128 -n 32 -t "$threads" -r 3 --precision "${PRECISION:-exact}" --json | tr -d '\n')
 		echo "$r $t grok $(echo "$g" | num prefill_tok_s) $(echo "$g" | num decode_tok_s) $(echo "$g" | num bandwidth_gb_s)" >>"$runs"
+		if [ "${PRECISION:-exact}" = both ]; then
+			echo "$r $t grokfast $(echo "$g" | num fast_prefill_tok_s) - -" >>"$runs"
+		fi
 		l=$("$LLAMA_BENCH" -m "$m" -t "$threads" -p 128 -n 32 -r 3 -o jsonl 2>/dev/null)
 		pp=$(echo "$l" | grep '"n_prompt": 128' | num avg_ts)
 		tg=$(echo "$l" | grep '"n_gen": 32' | num avg_ts)
 		echo "$r $t llama $pp $tg -" >>"$runs"
 		if [ -n "${IK_LLAMA_BENCH:-}" ]; then
-			l=$("$IK_LLAMA_BENCH" -m "$m" -t "$threads" -p 128 -n 32 -r 3 -o jsonl 2>/dev/null)
+			# ik_llama.cpp writes no jsonl: its json array, one object a line.
+			l=$("$IK_LLAMA_BENCH" -m "$m" -t "$threads" -p 128 -n 32 -r 3 -o json 2>/dev/null | tr -d '\n' | sed 's/}, *{/}\n{/g')
 			pp=$(echo "$l" | grep '"n_prompt": 128' | num avg_ts)
 			tg=$(echo "$l" | grep '"n_gen": 32' | num avg_ts)
 			echo "$r $t ik $pp $tg -" >>"$runs"
@@ -92,6 +98,18 @@ for t in $types; do
 	ld=$(awk -v t=$t '$2 == t && $3 == "llama" {print $5}' "$runs" | med)
 	echo "$t $gp $lp $(echo "$gp $lp" | awk '{printf "%.2f", $1 / $2}') $gd $ld $(echo "$gd $ld" | awk '{printf "%.2f", $1 / $2}')"
 done
+if [ "${PRECISION:-exact}" = both ]; then
+	echo "type  grok_fast_prefill llama_prefill ratio  (grok --precision fast, same rounds)"
+	for t in $types; do
+		fp=$(awk -v t=$t '$2 == t && $3 == "grokfast" {print $4}' "$runs" | med)
+		lp=$(awk -v t=$t '$2 == t && $3 == "llama" {print $4}' "$runs" | med)
+		echo "$t $fp $lp $(echo "$fp $lp" | awk '{printf "%.2f", $1 / $2}')"
+		if [ -n "${IK_LLAMA_BENCH:-}" ]; then
+			ip=$(awk -v t=$t '$2 == t && $3 == "ik" {print $4}' "$runs" | med)
+			echo "$t fast vs ik_llama.cpp: $fp $ip $(echo "$fp $ip" | awk '{printf "%.2f", $1 / $2}')"
+		fi
+	done
+fi
 if [ -n "${IK_LLAMA_BENCH:-}" ]; then
 	echo "type  grok_prefill ik_prefill ratio  grok_decode ik_decode ratio  (ik_llama.cpp, same rounds)"
 	for t in $types; do

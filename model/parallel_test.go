@@ -189,6 +189,29 @@ func TestDecodeStepDoesNotAllocate(t *testing.T) {
 			p.Close()
 		}
 	}
+	// Split in two in process: the shards' goroutines, their collectives
+	// and the shared page book allocate nothing either.
+	for _, src := range []struct {
+		name string
+		c    model.Config
+		src  testmodel.Source
+	}{
+		{"tp2-f32", midConfig(), f32},
+		{"tp2-grok2", withGrok2(midConfig(), 160), testmodel.Random(withGrok2(midConfig(), 160), 3)},
+	} {
+		p := parallel.New(2)
+		lm, err := model.NewTP(src.c, src.src, 2, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := decodeSetup(t, lm, 8, 300)
+		step()
+		if a := testing.AllocsPerRun(280, step); a != 0 {
+			t.Errorf("%s: %v allocations per decode step", src.name, a)
+		}
+		lm.Close()
+		p.Close()
+	}
 }
 
 // benchConfig is a scaled-down "medium" model of reference-figures.md
