@@ -33,6 +33,14 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 		}
 		c.Timeout = d
 	}
+	if s := os.Getenv("GROK_MPI_SPIN"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			fmt.Fprintf(stderr, "grok: rank %d: GROK_MPI_SPIN=%q is not a duration (e.g. 1ms)\n", c.Rank(), s)
+			c.Abort(2)
+		}
+		c.Spin = d
+	}
 	if c.Size() == 1 {
 		code := runMain(args, stdout, stderr)
 		mpi.Finalize()

@@ -82,6 +82,11 @@ import (
 // before the job is aborted.
 const DefaultTimeout = 30 * time.Second
 
+// DefaultSpin is Comm.Spin's default: on the 2-core VM, medium Q8_0
+// under mpirun -np 2 spent 13 % of decode in collectives with 50 µs and
+// 4 % with 1 ms (bench/README.md); GROK_MPI_SPIN sets it per job.
+const DefaultSpin = time.Millisecond
+
 // Comm is this process's endpoint of MPI_COMM_WORLD. It implements
 // comm.Comm; its methods may be called from any goroutine.
 type Comm struct {
@@ -92,6 +97,11 @@ type Comm struct {
 	// Timeout bounds each collective's wait for the other ranks (0: wait
 	// for ever). It may be changed between calls.
 	Timeout time.Duration
+	// Spin is how long wait polls without pausing before it naps between
+	// polls (DefaultSpin). Longer suits ranks with a core each (a host or
+	// NUMA node per rank); shorter suits more ranks than cores, where
+	// spinning takes the core from the very peer being waited for.
+	Spin time.Duration
 	// Log receives the message printed before a timeout aborts the job
 	// (nil: os.Stderr).
 	Log io.Writer
@@ -173,7 +183,7 @@ func Init() (*Comm, error) {
 			initErr = mpiError("MPI_Comm_size", rc)
 			return
 		}
-		world = &Comm{rank: int(r), size: int(n), Timeout: DefaultTimeout, nap: syscall.Timespec{Nsec: 50_000}}
+		world = &Comm{rank: int(r), size: int(n), Timeout: DefaultTimeout, Spin: DefaultSpin, nap: syscall.Timespec{Nsec: 50_000}}
 	})
 	return world, initErr
 }
@@ -305,8 +315,8 @@ func (c *Comm) Barrier() error {
 }
 
 // wait polls the request in flight until it completes. It spins for the
-// first 50 µs (a decode step's collectives complete in that time when the
-// ranks are level), then sleeps 50 µs between polls, and 10 ms once it has
+// first Spin (1 ms by default: a decode step's collectives complete well
+// within it when the ranks are level), then sleeps 50 µs between polls, and 10 ms once it has
 // waited 100 ms (an idle follower): on a host with more runnable threads
 // than cores, spinning or yielding takes the core from the very peer being
 // waited for. Past the Timeout it reports and aborts the job: the request
@@ -338,7 +348,7 @@ func (c *Comm) wait(what string) error {
 			os.Exit(3)
 		}
 		switch {
-		case el < 50*time.Microsecond:
+		case el < c.Spin:
 		case el < 100*time.Millisecond:
 			syscall.Nanosleep(&c.nap, nil) // see nap
 		default: // idle: a follower between requests
