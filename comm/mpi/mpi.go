@@ -82,9 +82,9 @@ import (
 // before the job is aborted.
 const DefaultTimeout = 30 * time.Second
 
-// DefaultSpin is Comm.Spin's default: on the 2-core VM, medium Q8_0
-// under mpirun -np 2 spent 13 % of decode in collectives with 50 µs and
-// 4 % with 1 ms (bench/README.md); GROK_MPI_SPIN sets it per job.
+// DefaultSpin is Comm.Spin's default: longer than a decode step's
+// collectives take when the ranks are level, so that they rarely pay a nap
+// (figures: docs/scale.md); GROK_MPI_SPIN sets it per job.
 const DefaultSpin = time.Millisecond
 
 // Comm is this process's endpoint of MPI_COMM_WORLD. It implements
