@@ -186,6 +186,11 @@ func NewPagedKVMemory(c *Config, o KVOptions) (*KVMemory, error) {
 		b.free[i] = pages - 1 - i // page 0 on top: a fresh memory fills in order
 	}
 	b.table = make([][]int, o.Slots)
+	for i := range b.table {
+		// Full length up front: a page table that grows while decoding
+		// would allocate a generated token's step.
+		b.table[i] = make([]int, 0, (seqLen+PageRows-1)/PageRows)
+	}
 	b.step = make([]int, o.Slots)
 	m := &KVMemory{Slots: o.Slots, SeqLen: seqLen, KType: o.KType, VType: o.VType, kvBook: b}
 	m.allocRows(c, pages)
