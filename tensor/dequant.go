@@ -52,12 +52,58 @@ func DequantizeRow(t DType, src []byte, dst []float32) error {
 	if len(src) != need {
 		return fmt.Errorf("tensor: %v row of %d elements needs %d bytes, have %d", t, len(dst), need, len(src))
 	}
-	dec := blockDecoders[t]
 	bs, bb := t.BlockSize(), t.BlockBytes()
 	for i := 0; i < len(dst)/bs; i++ {
-		dec(src[i*bb:(i+1)*bb], dst[i*bs:(i+1)*bs])
+		decodeBlock(t, src[i*bb:(i+1)*bb], dst[i*bs:(i+1)*bs])
 	}
 	return nil
+}
+
+// decodeBlock is blockDecoders[t](s, d) as a switch of direct calls: a
+// call through the table's function values would make every caller's dst
+// escape to the heap, so a row buffer on a kernel's stack would cost an
+// allocation per call.
+func decodeBlock(t DType, s []byte, d []float32) {
+	switch t {
+	case Q8_0:
+		dequantQ8_0(s, d)
+	case Q4_0:
+		dequantQ4_0(s, d)
+	case Q4_1:
+		dequantQ4_1(s, d)
+	case Q5_0:
+		dequantQ5_0(s, d)
+	case Q5_1:
+		dequantQ5_1(s, d)
+	case Q2_K:
+		dequantQ2_K(s, d)
+	case Q3_K:
+		dequantQ3_K(s, d)
+	case Q4_K:
+		dequantQ4_K(s, d)
+	case Q5_K:
+		dequantQ5_K(s, d)
+	case Q6_K:
+		dequantQ6_K(s, d)
+	case IQ2_XXS:
+		dequantIQ2_XXS(s, d)
+	case IQ2_XS:
+		dequantIQ2_XS(s, d)
+	case IQ2_S:
+		dequantIQ2_S(s, d)
+	case IQ3_XXS:
+		dequantIQ3_XXS(s, d)
+	case IQ3_S:
+		dequantIQ3_S(s, d)
+	case IQ1_S:
+		dequantIQ1_S(s, d)
+	case IQ1_M:
+		dequantIQ1_M(s, d)
+	case IQ4_NL:
+		dequantIQ4_NL(s, d)
+	case IQ4_XS:
+		dequantIQ4_XS(s, d)
+	}
 }
 
 // half reads the little-endian fp16 at b[off:] as float32, exactly as

@@ -3,6 +3,7 @@ package tensor
 import (
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -183,5 +184,46 @@ func TestIQuantTables(t *testing.T) {
 		if kvaluesIQ4NL[i] <= kvaluesIQ4NL[i-1] {
 			t.Errorf("kvaluesIQ4NL not increasing at %d", i)
 		}
+	}
+}
+
+// decodeBlock (direct calls, so that callers' buffers stay on their stacks)
+// covers every type of blockDecoders and decodes as its table entry does.
+func TestDecodeBlockMatchesTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for typ, dec := range blockDecoders {
+		if dec == nil {
+			continue
+		}
+		dt := DType(typ)
+		src := make([]byte, dt.BlockBytes())
+		for i := range src {
+			src[i] = byte(rng.Uint32())
+		}
+		want := make([]float32, dt.BlockSize())
+		got := make([]float32, dt.BlockSize())
+		for i := range got {
+			got[i] = float32(math.NaN()) // a block left undecoded shows
+		}
+		dec(src, want)
+		decodeBlock(dt, src, got)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%v: element %d = %v, the table's decoder gives %v", dt, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// A row buffer on the caller's stack does not escape through DequantizeRow.
+func TestDequantizeRowKeepsStackBuffers(t *testing.T) {
+	src := make([]byte, Q4_K.BlockBytes())
+	if a := testing.AllocsPerRun(100, func() {
+		var dst [256]float32
+		if err := DequantizeRow(Q4_K, src, dst[:]); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Errorf("%v allocations a row", a)
 	}
 }
