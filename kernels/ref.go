@@ -10,10 +10,40 @@ import (
 // This file holds the pure-Go matrix products: the fallback where no SIMD
 // level is available and the reference the assembly is tested against.
 
-var scratchPool = sync.Pool{New: func() any { return new([]float32) }}
+// scratchPool holds the products' float32 scratch buffers for reuse.
+var scratchPool scratchStack
 
+// scratchStack is a free list of scratch buffers. Unlike a sync.Pool it is
+// never emptied by the garbage collector, so once it holds a buffer for
+// each product that runs at once, a decode step allocates nothing.
+type scratchStack struct {
+	mu   sync.Mutex
+	free []*[]float32
+}
+
+// Get returns a free buffer (of any length), or a new empty one.
+func (s *scratchStack) Get() *[]float32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.free); n > 0 {
+		p := s.free[n-1]
+		s.free = s.free[:n-1]
+		return p
+	}
+	return new([]float32)
+}
+
+// Put returns p to the free list.
+func (s *scratchStack) Put(p *[]float32) {
+	s.mu.Lock()
+	s.free = append(s.free, p)
+	s.mu.Unlock()
+}
+
+// getScratch returns a scratch buffer of n elements; give it back with
+// scratchPool.Put.
 func getScratch(n int) *[]float32 {
-	p := scratchPool.Get().(*[]float32)
+	p := scratchPool.Get()
 	if cap(*p) < n {
 		*p = make([]float32, n)
 	}
