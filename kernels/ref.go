@@ -1,7 +1,7 @@
 package kernels
 
 import (
-	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/grok-go/grok/tensor"
@@ -14,30 +14,33 @@ import (
 var scratchPool scratchStack
 
 // scratchStack is a free list of scratch buffers. Unlike a sync.Pool it is
-// never emptied by the garbage collector, so once it holds a buffer for
-// each product that runs at once, a decode step allocates nothing.
+// never emptied by the garbage collector, and unlike a mutex it never
+// parks a thread (which costs the runtime an allocation), so once it holds
+// a buffer for each product that runs at once, a decode step allocates
+// nothing. A buffer put back when every slot is full is left to the GC.
 type scratchStack struct {
-	mu   sync.Mutex
-	free []*[]float32
+	slots [64]atomic.Pointer[[]float32]
 }
 
 // Get returns a free buffer (of any length), or a new empty one.
 func (s *scratchStack) Get() *[]float32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if n := len(s.free); n > 0 {
-		p := s.free[n-1]
-		s.free = s.free[:n-1]
-		return p
+	for i := range s.slots {
+		if s.slots[i].Load() != nil {
+			if p := s.slots[i].Swap(nil); p != nil {
+				return p
+			}
+		}
 	}
 	return new([]float32)
 }
 
 // Put returns p to the free list.
 func (s *scratchStack) Put(p *[]float32) {
-	s.mu.Lock()
-	s.free = append(s.free, p)
-	s.mu.Unlock()
+	for i := range s.slots {
+		if s.slots[i].Load() == nil && s.slots[i].CompareAndSwap(nil, p) {
+			return
+		}
+	}
 }
 
 // getScratch returns a scratch buffer of n elements; give it back with
