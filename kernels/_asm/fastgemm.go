@@ -224,6 +224,31 @@ var legacyLayout = map[fkind]struct{ m, qh, qs, size int }{
 	fQ5_1:  {2, 4, 8, 24},
 }
 
+// widenText declares a widening kernel (the signature every widen* shares)
+// with doc as its comment, and loads its arguments.
+func widenText(name, doc string) (dst, ds, w, ldw, rows, nb Register) {
+	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
+	Pragma("noescape")
+	Doc(doc)
+	dst = Load(Param("dst"), GP64())
+	ds = Load(Param("ds"), GP64())
+	w = Load(Param("w"), GP64())
+	ldw = Load(Param("ldw"), GP64())
+	rows = Load(Param("rows"), GP64())
+	nb = Load(Param("nb"), GP64())
+	return
+}
+
+// widenNextRow ends a widening kernel's row loop (label "row") and the
+// function: the next weight row, until rows are done.
+func widenNextRow(w, ldw, rows Register) {
+	ADDQ(ldw, w)
+	DECQ(rows)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+}
+
 // genWiden emits the widening of k's blocks: per row, nb blocks of 32
 // weights as int16 (Q8_0 and I8: the quants sign-extended; Q4_0: nibble-8;
 // IQ4_NL: kvalues_iq4nl[nibble]; Q4_1: nibble; Q5_0, Q5_1: nibble plus 16
@@ -247,15 +272,7 @@ func genWiden(k fkind) string {
 		return genWidenQ2K()
 	}
 	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(fkindNames[k], "_", ""))
-	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s widens nb blocks of each of rows %s weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).", name, fkindNames[k]))
-	dst := Load(Param("dst"), GP64())
-	ds := Load(Param("ds"), GP64())
-	w := Load(Param("w"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	rows := Load(Param("rows"), GP64())
-	nb := Load(Param("nb"), GP64())
+	dst, ds, w, ldw, rows, nb := widenText(name, fmt.Sprintf("%s widens nb blocks of each of rows %s weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).", name, fkindNames[k]))
 	var one, mask, tbl VecVirtual
 	switch k {
 	case fI8:
@@ -378,11 +395,7 @@ func genWiden(k fkind) string {
 	ADDQ(U32(4), ds)
 	DECQ(j)
 	JNZ(LabelRef("blk"))
-	ADDQ(ldw, w)
-	DECQ(rows)
-	JNZ(LabelRef("row"))
-	VZEROUPPER()
-	RET()
+	widenNextRow(w, ldw, rows)
 	return name
 }
 
@@ -399,15 +412,7 @@ func genWidenQK(q5 bool) string {
 	if q5 {
 		name, sbBytes, qs = "widenQ5K_VNNI", 176, 48
 	}
-	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
-	Pragma("noescape")
-	Doc(name + " widens nb/8 super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), their scales d·sc at ds (at r·nb+b) and -(dmin·m) at ds + 4·rows·nb.")
-	dst := Load(Param("dst"), GP64())
-	ds := Load(Param("ds"), GP64())
-	w := Load(Param("w"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	rows := Load(Param("rows"), GP64())
-	nb := Load(Param("nb"), GP64())
+	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), their scales d·sc at ds (at r·nb+b) and -(dmin·m) at ds + 4·rows·nb.")
 	// dm = ds + 4·rows·nb
 	dm := GP64()
 	MOVQ(rows, dm)
@@ -511,11 +516,7 @@ func genWidenQK(q5 bool) string {
 	ADDQ(U32(32), dm)
 	DECQ(j)
 	JNZ(LabelRef("sb"))
-	ADDQ(ldw, w)
-	DECQ(rows)
-	JNZ(LabelRef("row"))
-	VZEROUPPER()
-	RET()
+	widenNextRow(w, ldw, rows)
 	return name
 }
 
@@ -527,15 +528,7 @@ func genWidenQK(q5 bool) string {
 // dequantiser rounds it; ds two floats a block). nb counts blocks of 32.
 func genWidenQ6K() string {
 	name := "widenQ6K_VNNI"
-	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
-	Pragma("noescape")
-	Doc(name + " widens nb/8 Q6_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).")
-	dst := Load(Param("dst"), GP64())
-	ds := Load(Param("ds"), GP64())
-	w := Load(Param("w"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	rows := Load(Param("rows"), GP64())
-	nb := Load(Param("nb"), GP64())
+	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 Q6_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).")
 	SHRQ(U8(3), nb) // super-blocks
 	m0f, m03, c32 := YMM(), YMM(), YMM()
 	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), m0f)
@@ -597,11 +590,7 @@ func genWidenQ6K() string {
 	ADDQ(U32(64), ds)
 	DECQ(j)
 	JNZ(LabelRef("sb"))
-	ADDQ(ldw, w)
-	DECQ(rows)
-	JNZ(LabelRef("row"))
-	VZEROUPPER()
-	RET()
+	widenNextRow(w, ldw, rows)
 	return name
 }
 
@@ -612,15 +601,7 @@ func genWidenQ6K() string {
 // dequantiser rounds it). nb counts blocks of 32.
 func genWidenIQ4XS() string {
 	name := "widenIQ4XS_VNNI"
-	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
-	Pragma("noescape")
-	Doc(name + " widens nb/8 IQ4_XS super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).")
-	dst := Load(Param("dst"), GP64())
-	ds := Load(Param("ds"), GP64())
-	w := Load(Param("w"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	rows := Load(Param("rows"), GP64())
-	nb := Load(Param("nb"), GP64())
+	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 IQ4_XS super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).")
 	SHRQ(U8(3), nb) // super-blocks
 	mask, tbl := XMM(), XMM()
 	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
@@ -679,11 +660,7 @@ func genWidenIQ4XS() string {
 	ADDQ(U32(32), ds)
 	DECQ(j)
 	JNZ(LabelRef("sb"))
-	ADDQ(ldw, w)
-	DECQ(rows)
-	JNZ(LabelRef("row"))
-	VZEROUPPER()
-	RET()
+	widenNextRow(w, ldw, rows)
 	return name
 }
 
@@ -694,15 +671,7 @@ func genWidenIQ4XS() string {
 // ggml (and tensor) do. nb counts blocks of 32.
 func genWidenQ3K() string {
 	name := "widenQ3K_VNNI"
-	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
-	Pragma("noescape")
-	Doc(name + " widens nb/8 Q3_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).")
-	dst := Load(Param("dst"), GP64())
-	ds := Load(Param("ds"), GP64())
-	w := Load(Param("w"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	rows := Load(Param("rows"), GP64())
-	nb := Load(Param("nb"), GP64())
+	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 Q3_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).")
 	SHRQ(U8(3), nb) // super-blocks
 	m03, m01, c4 := YMM(), YMM(), YMM()
 	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
@@ -790,11 +759,7 @@ func genWidenQ3K() string {
 	ADDQ(U32(64), ds)
 	DECQ(j)
 	JNZ(LabelRef("sb"))
-	ADDQ(ldw, w)
-	DECQ(rows)
-	JNZ(LabelRef("row"))
-	VZEROUPPER()
-	RET()
+	widenNextRow(w, ldw, rows)
 	return name
 }
 
@@ -805,15 +770,7 @@ func genWidenQ3K() string {
 // rounds them. nb counts blocks of 32.
 func genWidenQ2K() string {
 	name := "widenQ2K_VNNI"
-	TEXT(name, NOSPLIT, "func(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)")
-	Pragma("noescape")
-	Doc(name + " widens nb/8 Q2_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h) and their mins, negated, at ds + 8·rows·nb.")
-	dst := Load(Param("dst"), GP64())
-	ds := Load(Param("ds"), GP64())
-	w := Load(Param("w"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	rows := Load(Param("rows"), GP64())
-	nb := Load(Param("nb"), GP64())
+	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 Q2_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h) and their mins, negated, at ds + 8·rows·nb.")
 	dm := GP64()
 	MOVQ(rows, dm)
 	IMULQ(nb, dm)
@@ -876,11 +833,7 @@ func genWidenQ2K() string {
 	ADDQ(U32(64), dm)
 	DECQ(j)
 	JNZ(LabelRef("sb"))
-	ADDQ(ldw, w)
-	DECQ(rows)
-	JNZ(LabelRef("row"))
-	VZEROUPPER()
-	RET()
+	widenNextRow(w, ldw, rows)
 	return name
 }
 
