@@ -8,9 +8,8 @@ import (
 )
 
 // An FMA peak pass is peakUnits loop indices a thread, each peakIters
-// iterations of the FMA loop (about 1 ms on the cores we meet: 12 FMAs an
-// iteration at 2 a cycle and 3-4 GHz); many small indices let the pool's
-// dynamic ranges keep every thread busy to the end of the pass.
+// iterations of the FMA loop: many small indices let the pool's dynamic
+// ranges keep every thread busy to the end of the pass.
 const (
 	peakIters = 1 << 19
 	peakUnits = 16

@@ -112,10 +112,8 @@ type Comm struct {
 	pin    runtime.Pinner // the buffers of the request in flight
 	req    C.MPI_Request  // the request in flight (a field: a local would escape to the heap)
 	done   C.int
-	// nap is wait's pause between polls, 50 µs. Not time.Sleep: with
-	// nothing else to run, the Go runtime waits for timers in epoll_wait,
-	// whose timeout is in whole milliseconds, so a 50 µs sleep lasts a
-	// millisecond; nanosleep blocks this thread for the time asked.
+	// nap is wait's pause between polls: a nanosleep, because time.Sleep
+	// rounds short sleeps up to the runtime's millisecond timer wait.
 	nap syscall.Timespec
 }
 
@@ -315,9 +313,9 @@ func (c *Comm) Barrier() error {
 }
 
 // wait polls the request in flight until it completes. It spins for the
-// first Spin (1 ms by default: a decode step's collectives complete well
-// within it when the ranks are level), then sleeps 50 µs between polls, and 10 ms once it has
-// waited 100 ms (an idle follower): on a host with more runnable threads
+// first Spin (a decode step's collectives complete within it when the
+// ranks are level), then naps between polls, and sleeps 10 ms at a time
+// once it has waited 100 ms (an idle follower): on a host with more runnable threads
 // than cores, spinning or yielding takes the core from the very peer being
 // waited for. Past the Timeout it reports and aborts the job: the request
 // cannot be cancelled, and the other ranks are stuck in the same collective.
