@@ -1,8 +1,6 @@
 package main
 
 import (
-	"time"
-
 	"github.com/grok-go/grok/kernels"
 	"github.com/grok-go/grok/parallel"
 )
@@ -32,19 +30,13 @@ func (t *peakTask) Run(worker, lo, hi int) {
 func fmaPeakGFLOPs(pool *parallel.Pool, passes int) float64 {
 	n := pool.Threads()
 	t := peakTask{flops: make([]float64, 8*n)}
-	best := 0.0
-	for range passes {
-		clear(t.flops)
-		t0 := time.Now()
-		pool.Run(peakUnits*n, 1, &t)
-		d := time.Since(t0).Seconds()
-		var f float64
-		for w := 0; w < n; w++ {
-			f += t.flops[w*8]
-		}
-		if d > 0 {
-			best = max(best, f/d/1e9)
-		}
+	d := timeBest(passes, func() { pool.Run(peakUnits*n, 1, &t) })
+	var f float64 // every pass does the same work
+	for w := 0; w < n; w++ {
+		f += t.flops[w*8]
 	}
-	return best
+	if d <= 0 {
+		return 0
+	}
+	return f / float64(passes) / d.Seconds() / 1e9
 }
