@@ -454,16 +454,22 @@ func (ks *kernelSet) intMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 // scaled, to dst; the other types, and the unscaled blocks of MatMulBlock,
 // accumulate in dst directly, over all rows.
 func (ks *kernelSet) inoutMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
+	ks.inoutProduct(dst, x, n, m, lo, hi, false)
+}
+
+// inoutProduct is inoutMatMul, or with add (weights without block scales
+// only) AddInOut's dst += x·W over the columns [lo, hi).
+func (ks *kernelSet) inoutProduct(dst, x []float32, n int, m *Mat, lo, hi int, add bool) {
 	V := ks.inout[dotKind(m.Type)].V
 	vhi := lo + (hi-lo)/V*V
 	if vhi < hi {
-		ks.inoutTail(dst, x, n, m, vhi, hi)
+		ks.inoutTail(dst, x, n, m, vhi, hi, add)
 	}
 	if vhi == lo {
 		return
 	}
 	if !m.blockScaled() {
-		ks.inoutAcc(dst[lo:], m.Out, x, n, m, lo, vhi, 0, m.In)
+		ks.inoutAcc(dst[lo:], m.Out, x, n, m, lo, vhi, 0, m.In, add)
 		return
 	}
 	Out := m.Out
@@ -474,7 +480,7 @@ func (ks *kernelSet) inoutMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 		pw := min(P, vhi-p0)
 		for b := 0; b < m.Blocks(); b++ {
 			k0, k1 := m.blockRange(b)
-			ks.inoutAcc(*accp, pw, x, n, m, p0, p0+pw, k0, k1)
+			ks.inoutAcc(*accp, pw, x, n, m, p0, p0+pw, k0, k1, false)
 			s := m.blockShard(b)
 			for t := 0; t < n; t++ {
 				d := dst[t*Out+p0 : t*Out+p0+pw]
@@ -488,13 +494,14 @@ func (ks *kernelSet) inoutMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 }
 
 // inoutAcc sets acc[t][c-lo] (row stride lda) to Σ_{k0 ≤ k < k1}
-// x[t][k]·W[k][c] for the columns [lo, hi), a whole number of vectors: for
+// x[t][k]·W[k][c] (with add: adds it) for the columns [lo, hi), a whole
+// number of vectors: for
 // a panel of columns, every input row k adds x[t][k]·W[k][panel] to the
 // panel's accumulators, the kernels looping over groups of K rows
 // themselves. The panel is as wide as keeps the n accumulator rows within
 // l2Budget; for one token it is the whole range, so each weight row is
 // read as one contiguous run.
-func (ks *kernelSet) inoutAcc(acc []float32, lda int, x []float32, n int, m *Mat, lo, hi, k0, k1 int) {
+func (ks *kernelSet) inoutAcc(acc []float32, lda int, x []float32, n int, m *Mat, lo, hi, k0, k1 int, add bool) {
 	fam := &ks.inout[dotKind(m.Type)]
 	In := m.In
 	rb := m.stride()
@@ -508,7 +515,7 @@ func (ks *kernelSet) inoutAcc(acc []float32, lda int, x []float32, n int, m *Mat
 	for p0 := lo; p0 < hi; p0 += P {
 		pw := min(P, hi-p0)
 		a := acc[p0-lo:]
-		for t := 0; t < n; t++ {
+		for t := 0; t < n && !add; t++ {
 			clear(a[t*lda : t*lda+pw])
 		}
 		for k := k0; k < k1; k += inoutPiece {
@@ -574,7 +581,7 @@ func packGroups(dst []float32, stride int, x []float32, K int) {
 // running the kernels on a zero-padded copy of those columns, so that every
 // column goes through the same fused multiply-add chain wherever a range
 // split puts it: the results do not depend on how MatMulRows is split.
-func (ks *kernelSet) inoutTail(dst, x []float32, n int, m *Mat, lo, hi int) {
+func (ks *kernelSet) inoutTail(dst, x []float32, n int, m *Mat, lo, hi int, add bool) {
 	V := ks.inout[dotKind(m.Type)].V
 	c := hi - lo
 	rb := m.stride()
@@ -603,7 +610,12 @@ func (ks *kernelSet) inoutTail(dst, x []float32, n int, m *Mat, lo, hi int) {
 	tp := getScratch(n * V)
 	defer scratchPool.Put(tp)
 	td := *tp
-	ks.inoutMatMul(td, x, n, &tm, 0, V)
+	if add {
+		for t := 0; t < n; t++ {
+			copy(td[t*V:t*V+c], dst[t*m.Out+lo:t*m.Out+hi])
+		}
+	}
+	ks.inoutProduct(td, x, n, &tm, 0, V, add)
 	for t := 0; t < n; t++ {
 		copy(dst[t*m.Out+lo:t*m.Out+hi], td[t*V:])
 	}

@@ -172,6 +172,31 @@ func MatMulRows(dst, x []float32, n int, m *Mat, lo, hi int) {
 	}
 }
 
+// AddInOut adds x·W to dst for the n tokens of x, where m is an [in, out]
+// matrix (Transposed) of F32, F16 or BF16: dst[t][c] += Σ_k x[t][k]·W[k][c].
+// Each weight row's terms are added to dst in row order, one row at a
+// time, exactly as MatMulRows adds them to a cleared dst; so a product
+// split by rows into consecutive calls on the same dst (attention's values,
+// page by page) has the bits of one MatMulRows over all the rows.
+func AddInOut(dst, x []float32, n int, m *Mat) {
+	if !m.Transposed || m.Parts != nil || m.blockScaled() || !(m.Type == tensor.F32 || m.Type == tensor.F16 || m.Type == tensor.BF16) {
+		panic(fmt.Sprintf("kernels: AddInOut of a %v matrix (transposed %v, scaled %v)", m.Type, m.Transposed, m.blockScaled()))
+	}
+	if len(x) < n*m.In || len(dst) < n*m.Out {
+		panic(fmt.Sprintf("kernels: AddInOut(%d×%d, n=%d) with len(x)=%d, len(dst)=%d", m.In, m.Out, n, len(x), len(dst)))
+	}
+	if n == 0 || m.In == 0 {
+		return
+	}
+	if ks := active; ks != nil {
+		ks.inoutProduct(dst, x, n, m, 0, m.Out, true)
+		return
+	}
+	rowp := getScratch(m.Out)
+	defer scratchPool.Put(rowp)
+	addInOutRef(dst, x, n, m, 0, m.Out, *rowp)
+}
+
 // An int8 [in, out] product (xAI's layout) is a sum over row blocks: the
 // In axis splits into the matrix's scale shards, and each shard into
 // blocks of BlockRows rows (the last block of a shard may be shorter).

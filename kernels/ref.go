@@ -120,6 +120,14 @@ func matMulInOutRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 	esz := m.rowBytes() / Out // bytes per element (no block types in this layout)
 	rowp := getScratch(w)
 	defer scratchPool.Put(rowp)
+	if !m.blockScaled() {
+		// Each row added into dst in turn: AddInOut's order.
+		for i := 0; i < n; i++ {
+			clear(dst[i*Out+lo : i*Out+hi])
+		}
+		addInOutRef(dst, x, n, m, lo, hi, *rowp)
+		return
+	}
 	blocks := 1
 	if m.blockScaled() {
 		blocks = m.Blocks()
@@ -152,6 +160,19 @@ func matMulInOutRef(dst, x []float32, n int, m *Mat, lo, hi int) {
 					d[c] += a[c]
 				}
 			}
+		}
+	}
+}
+
+// addInOutRef adds x·W over the columns [lo, hi) of an [in, out] matrix
+// without block scales into dst, one weight row after another (row: scratch
+// of hi-lo).
+func addInOutRef(dst, x []float32, n int, m *Mat, lo, hi int, row []float32) {
+	rb, esz := m.stride(), m.rowBytes()/m.Out
+	for r := 0; r < m.In; r++ {
+		w := rowF32(row, m.Type, m.Data[r*rb+lo*esz:r*rb+hi*esz])
+		for i := 0; i < n; i++ {
+			axpyRef(dst[i*m.Out+lo:i*m.Out+hi], x[i*m.In+r], w)
 		}
 	}
 }

@@ -763,3 +763,40 @@ func TestSetVariant(t *testing.T) {
 	}
 	t.Logf("variants %v, default %s", Variants(), prev)
 }
+
+// AddInOut over consecutive row ranges of an [in, out] matrix, started from
+// a cleared dst, gives exactly MatMul's bits, at every level; so attention
+// may multiply its values page by page.
+func TestAddInOutRowSplitsKeepBits(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(5, 6))
+		for i := 0; i < 120; i++ {
+			dt := []tensor.DType{tensor.F32, tensor.F16, tensor.BF16}[i%3]
+			n, out, in := 1+rng.IntN(8), 1+rng.IntN(150), 1+rng.IntN(700)
+			if i%17 == 0 {
+				in = 2048 + rng.IntN(3000) // past the summation grid's span
+			}
+			tm := newTestMat(rng, dt, true, out, in, 0, 1+rng.IntN(3))
+			x := randInputs(rng, n, in)
+			want := make([]float32, n*out)
+			MatMul(want, x, n, &tm.m)
+			got := make([]float32, n*out)
+			esz := tm.m.rowBytes() / out
+			for r0 := 0; r0 < in; {
+				rows := min(in-r0, 1+rng.IntN(40))
+				part := Mat{Type: dt, Out: out, In: rows, Transposed: true, Data: tm.m.Data[r0*out*esz : (r0+rows)*out*esz]}
+				xs := make([]float32, n*rows)
+				for t := 0; t < n; t++ {
+					copy(xs[t*rows:], x[t*in+r0:t*in+r0+rows])
+				}
+				AddInOut(got, xs, n, &part)
+				r0 += rows
+			}
+			for j := range want {
+				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+					t.Fatalf("%v %d×%d n=%d: element %d = %g by row ranges, %g in one product", dt, in, out, n, j, got[j], want[j])
+				}
+			}
+		}
+	})
+}

@@ -101,7 +101,8 @@ func (a *MultiHeadAttention) Forward(dst, x []float32, N int, l int, seqs []attn
 // attendGroup computes, for one query token, the outputs o of the G query
 // heads q that share one kv head, over that head's keys and values km, vm
 // (row-major, K values a row, decoded from the memory's pages; km nil: the
-// scores already hold q·k, from pageScores); the token sees rows
+// scores already hold q·k, from pageScores; vm nil: o is left to the caller,
+// and scores hold the weights, from pageValues); the token sees rows
 // 0..len(ok)-1, and ok[j] says whether key j is a real token (not a pad).
 // scores is scratch of G·len(ok).
 //
@@ -159,8 +160,10 @@ func (a *MultiHeadAttention) attendGroup(o, q, km, vm []float32, ok []bool, scor
 			}
 		}
 	}
-	vals := kernels.F32Mat(vm[:n*K], K, n, true)
-	kernels.MatMulRows(o, scores, G, &vals, 0, K)
+	if vm != nil {
+		vals := kernels.F32Mat(vm[:n*K], K, n, true)
+		kernels.MatMulRows(o, scores, G, &vals, 0, K)
+	}
 }
 
 // tokenBlock is how many query tokens of one sequence and kv head form one
@@ -198,12 +201,24 @@ func (t *attnTask) Run(worker, lo, hi int) {
 		n := s.start + it.t1 // the item's last token sees the most rows; its first ones a prefix
 		if it.t1-it.t0 == 1 && t.mem.directKeys() {
 			// One token (decoding): its scores straight from the stored
-			// keys, sparing their decoding; the same bits (directKeys).
+			// keys and its output from the stored values where their
+			// types allow it, sparing their decoding; the same bits
+			// (directKeys, directValues).
 			pos, r := s.start+it.t0, s.row+it.t0
 			h0 := r*qd + it.kvh*G*K
-			t.mem.gatherValues(t.layer, s.slot, it.kvh, n, vm, ok)
-			t.mem.pageScores(t.layer, s.slot, it.kvh, n, t.q[h0:h0+G*K], G, scratch[:G*n], tmp)
-			a.attendGroup(t.o[h0:h0+G*K], t.q[h0:h0+G*K], nil, vm, ok[:pos+1], scratch[:G*n], a.temperature(pos))
+			o, q := t.o[h0:h0+G*K], t.q[h0:h0+G*K]
+			vals := vm
+			if direct := t.mem.directValues(); direct {
+				t.mem.gatherOK(s.slot, n, ok)
+				vals = nil
+			} else {
+				t.mem.gatherValues(t.layer, s.slot, it.kvh, n, vals, ok)
+			}
+			t.mem.pageScores(t.layer, s.slot, it.kvh, n, q, G, scratch[:G*n], tmp)
+			a.attendGroup(o, q, nil, vals, ok[:pos+1], scratch[:G*n], a.temperature(pos))
+			if vals == nil {
+				t.mem.pageValues(t.layer, s.slot, it.kvh, n, scratch[:G*n], G, o, tmp)
+			}
 			continue
 		}
 		t.mem.gather(t.layer, s.slot, it.kvh, n, km, vm, ok)

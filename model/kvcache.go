@@ -467,6 +467,42 @@ func (m *KVMemory) directKeys() bool {
 	return m.KType == tensor.F32 || m.KType == tensor.F16 || m.KType == tensor.BF16
 }
 
+// directValues reports whether attention may multiply its weights by the
+// stored values in their pages: the types kernels.AddInOut takes, which
+// adds a product's rows to the output one after another, so that page by
+// page gives the bits of one product over the gathered rows.
+func (m *KVMemory) directValues() bool {
+	return m.VType == tensor.F32 || m.VType == tensor.F16 || m.VType == tensor.BF16
+}
+
+// gatherOK copies the pad flags of rows [0, n) of a slot into ok.
+func (m *KVMemory) gatherOK(slot, n int, ok []bool) {
+	t := m.table[slot]
+	for r0 := 0; r0 < n; r0 += PageRows {
+		p, rows := t[r0/PageRows], min(PageRows, n-r0)
+		copy(ok[r0:r0+rows], m.keyOK[p*PageRows:p*PageRows+rows])
+	}
+}
+
+// pageValues computes o = w·V for the G weight rows w (G×n) over rows
+// [0, n) of kv head kvh of a slot in layer l, page by page with the values
+// where they are stored (directValues): o is G×K, tmp scratch of
+// G·PageRows.
+func (m *KVMemory) pageValues(l, slot, kvh, n int, w []float32, G int, o, tmp []float32) {
+	K := m.KeySize
+	t := m.table[slot]
+	clear(o[:G*K])
+	for r0 := 0; r0 < n; r0 += PageRows {
+		p, rows := t[r0/PageRows], min(PageRows, n-r0)
+		off := (p*m.KVHeads + kvh) * PageRows
+		for g := 0; g < G; g++ {
+			copy(tmp[g*rows:(g+1)*rows], w[g*n+r0:g*n+r0+rows])
+		}
+		vals := kernels.Mat{Type: m.VType, Out: K, In: rows, Transposed: true, Data: m.v[l][off*m.vRow : (off+rows)*m.vRow]}
+		kernels.AddInOut(o, tmp, G, &vals)
+	}
+}
+
 // gatherValues is gather for the values and pad flags only.
 func (m *KVMemory) gatherValues(l, slot, kvh, n int, vm []float32, ok []bool) {
 	K := m.KeySize
