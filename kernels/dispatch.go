@@ -82,6 +82,9 @@ type (
 	// at dst, with tensor.DequantizeRow's bits: (dst *float32, src *byte,
 	// n int).
 	dequantKernel uint16
+	// widenVecKernel decodes KV memory rows into float32 (vecKernels' f16,
+	// bf16 and q8): (dst *float32, src *byte, n int).
+	widenVecKernel uint16
 )
 
 // Block types with dequantisers (dequantKernel), in the generator's order.

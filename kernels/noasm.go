@@ -37,6 +37,8 @@ func (addScaledKernel) call(d, sc, a *float32, n int) { panic(noKernels) }
 
 func (dequantKernel) call(dst *float32, src *byte, n int) { panic(noKernels) }
 
+func (widenVecKernel) call(dst *float32, src *byte, n int) { panic(noKernels) }
+
 func (fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
 	panic(noKernels)
 }

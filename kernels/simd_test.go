@@ -800,3 +800,60 @@ func TestAddInOutRowSplitsKeepBits(t *testing.T) {
 		}
 	})
 }
+
+// Widen decodes exactly as tensor.DecodeRow at every level: every binary16
+// and bfloat16 bit pattern, and random Q8_0 blocks with every scale sign,
+// zeros and the extreme quants. A NaN stays a NaN (VCVTPH2PS quiets a
+// signalling one, as the F16 matrix kernels do).
+func TestWidenEqualsDecodeRow(t *testing.T) {
+	all := make([]byte, 2<<16)
+	for i := 0; i < 1<<16; i++ {
+		binary.LittleEndian.PutUint16(all[2*i:], uint16(i))
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	q8 := make([]byte, 34*300)
+	for i := range q8 {
+		q8[i] = byte(rng.Uint32())
+	}
+	for b := 0; b < 300; b++ {
+		switch b % 5 {
+		case 0:
+			q8[34*b], q8[34*b+1] = 0, 0x80 // -0 scale
+		case 1:
+			q8[34*b+2], q8[34*b+3] = 0x80, 0x7f // -128, 127
+		case 2:
+			clear(q8[34*b+2 : 34*b+34])
+		}
+	}
+	forLevels(t, func(t *testing.T) {
+		for _, c := range []struct {
+			dt  tensor.DType
+			src []byte
+			ns  []int
+		}{
+			{tensor.F16, all, []int{1 << 16, 1, 7, 15, 16, 17, 33, 1000}},
+			{tensor.BF16, all, []int{1 << 16, 1, 9, 31, 64, 999}},
+			{tensor.Q8_0, q8, []int{32, 64, 32 * 300}},
+			{tensor.F32, all, []int{1, 100, 1 << 15}},
+		} {
+			for _, n := range c.ns {
+				want := make([]float32, n)
+				if err := tensor.DecodeRow(want, c.dt, c.src); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float32, n)
+				Widen(got, c.dt, c.src)
+				for i := range want {
+					if isNaN32(got[i]) && isNaN32(want[i]) {
+						continue
+					}
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%v n=%d: value %d = %#x, DecodeRow %#x", c.dt, n, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	})
+}
+
+func isNaN32(v float32) bool { return v != v }

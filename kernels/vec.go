@@ -1,8 +1,11 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/grok-go/grok/tensor"
 )
 
 // vecKernels are the SIMD vector functions of one level. RMSNorm, Rope and
@@ -17,6 +20,9 @@ type vecKernels struct {
 	softcap softcapKernel
 	// addScaled: d[i] += sc[i]·a[i] rounded twice (matmul.go's addScaled)
 	addScaled addScaledKernel
+	// f16, bf16: n vectors of 16-bit floats widened; q8: n Q8_0 blocks
+	// decoded (DecodeKV)
+	f16, bf16, q8 widenVecKernel
 }
 
 // vecWidth is the float32 lanes of the active level's vectors.
@@ -219,5 +225,47 @@ func Rope(x, cos, sin []float32) {
 		a, b := x1[j], x2[j]
 		x1[j] = a*cos[j] - b*sin[j]
 		x2[j] = b*cos[j] + a*sin[j]
+	}
+}
+
+// Widen decodes len(dst) values of type t from src: F32, F16, BF16 (exact
+// conversions) or Q8_0 (whole blocks, q·d as tensor.DecodeRow computes it),
+// with the level's vector converters (a NaN stays a NaN; a signalling one
+// may come back quiet). It is how attention reads KV memory rows that it
+// cannot multiply where they are stored.
+func Widen(dst []float32, t tensor.DType, src []byte) {
+	n := len(dst)
+	need, err := t.RowBytes(n)
+	if err != nil || len(src) < need {
+		panic(fmt.Sprintf("kernels: Widen of %d %v values from %d bytes", n, t, len(src)))
+	}
+	ks := active
+	if n == 0 || t == tensor.F32 || ks == nil {
+		if err := tensor.DecodeRow(dst, t, src[:need]); err != nil {
+			panic(err)
+		}
+		return
+	}
+	V := ks.vecWidth()
+	done := 0
+	switch t {
+	case tensor.F16:
+		if nv := n / V; nv > 0 {
+			ks.vec.f16.call(&dst[0], &src[0], nv)
+			done = nv * V
+		}
+	case tensor.BF16:
+		if nv := n / V; nv > 0 {
+			ks.vec.bf16.call(&dst[0], &src[0], nv)
+			done = nv * V
+		}
+	case tensor.Q8_0:
+		ks.vec.q8.call(&dst[0], &src[0], n/tensor.Q8BlockSize)
+		return
+	}
+	if done < n {
+		if err := tensor.DecodeRow(dst[done:], t, src[2*done:need]); err != nil {
+			panic(err)
+		}
 	}
 }

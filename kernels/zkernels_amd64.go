@@ -297,6 +297,21 @@ func softcap_AVX2(x *float32, n int, mult float32, m2c float32, c float32)
 //go:noescape
 func addScaled_AVX2(d *float32, sc *float32, a *float32, n int)
 
+// widenF16_AVX2 converts n·8 F16 values at src to float32 at dst.
+//
+//go:noescape
+func widenF16_AVX2(dst *float32, src *byte, n int)
+
+// widenBF16_AVX2 converts n·8 BF16 values at src to float32 at dst.
+//
+//go:noescape
+func widenBF16_AVX2(dst *float32, src *byte, n int)
+
+// widenQ8_AVX2 decodes n blocks of Q8_0 at src (34 bytes each) into n·32 float32 at dst.
+//
+//go:noescape
+func widenQ8_AVX2(dst *float32, src *byte, n int)
+
 // dequantQ4_0_AVX2 decodes n blocks of Q4_0 at src (18 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
 //
 //go:noescape
@@ -1399,6 +1414,21 @@ func softcap_AVX512(x *float32, n int, mult float32, m2c float32, c float32)
 //
 //go:noescape
 func addScaled_AVX512(d *float32, sc *float32, a *float32, n int)
+
+// widenF16_AVX512 converts n·16 F16 values at src to float32 at dst.
+//
+//go:noescape
+func widenF16_AVX512(dst *float32, src *byte, n int)
+
+// widenBF16_AVX512 converts n·16 BF16 values at src to float32 at dst.
+//
+//go:noescape
+func widenBF16_AVX512(dst *float32, src *byte, n int)
+
+// widenQ8_AVX512 decodes n blocks of Q8_0 at src (34 bytes each) into n·32 float32 at dst.
+//
+//go:noescape
+func widenQ8_AVX512(dst *float32, src *byte, n int)
 
 // dequantQ4_0_AVX512 decodes n blocks of Q4_0 at src (18 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
 //

@@ -1678,6 +1678,34 @@ func (k softcapKernel) call(x *float32, n int, mult, m2c, c float32) {
 	}
 }
 
+const (
+	k_widenF16_AVX2 widenVecKernel = iota + 1
+	k_widenBF16_AVX2
+	k_widenQ8_AVX2
+	k_widenF16_AVX512
+	k_widenBF16_AVX512
+	k_widenQ8_AVX512
+)
+
+func (k widenVecKernel) call(dst *float32, src *byte, n int) {
+	switch k {
+	case k_widenF16_AVX2:
+		widenF16_AVX2(dst, src, n)
+	case k_widenBF16_AVX2:
+		widenBF16_AVX2(dst, src, n)
+	case k_widenQ8_AVX2:
+		widenQ8_AVX2(dst, src, n)
+	case k_widenF16_AVX512:
+		widenF16_AVX512(dst, src, n)
+	case k_widenBF16_AVX512:
+		widenBF16_AVX512(dst, src, n)
+	case k_widenQ8_AVX512:
+		widenQ8_AVX512(dst, src, n)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
 // sumSpan is the span the dot-form kernels sum over (kernels/_asm);
 // it must equal dotSpan.
 const sumSpan = 2048
@@ -1704,7 +1732,7 @@ var inoutAVX2 = [...]inoutFamily{
 	wkI8:   {K: 4, T: 2, V: 8, full: []inoutKernel{k_inoutI8_4x1_AVX2, k_inoutI8_4x2_AVX2}, one: []inoutKernel{k_inoutI8_1x1_AVX2, k_inoutI8_1x2_AVX2}},
 }
 
-var vecAVX2 = vecKernels{axpy: k_axpy_AVX2, geluMul: k_geluMul_AVX2, max: k_max_AVX2, expSub: k_expSub_AVX2, scale: k_scale_AVX2, softcap: k_softcap_AVX2, addScaled: k_addScaled_AVX2}
+var vecAVX2 = vecKernels{axpy: k_axpy_AVX2, geluMul: k_geluMul_AVX2, max: k_max_AVX2, expSub: k_expSub_AVX2, scale: k_scale_AVX2, softcap: k_softcap_AVX2, addScaled: k_addScaled_AVX2, f16: k_widenF16_AVX2, bf16: k_widenBF16_AVX2, q8: k_widenQ8_AVX2}
 
 var dequantAVX2 = [numDQ]dequantKernel{
 	dqQ4_0:    k_dequantQ4_0_AVX2,
@@ -1772,7 +1800,7 @@ var inoutAVX512 = [...]inoutFamily{
 	wkI8:   {K: 4, T: 6, V: 16, full: []inoutKernel{k_inoutI8_4x1_AVX512, k_inoutI8_4x2_AVX512, k_inoutI8_4x3_AVX512, k_inoutI8_4x4_AVX512, k_inoutI8_4x5_AVX512, k_inoutI8_4x6_AVX512}, one: []inoutKernel{k_inoutI8_1x1_AVX512, k_inoutI8_1x2_AVX512, k_inoutI8_1x3_AVX512, k_inoutI8_1x4_AVX512, k_inoutI8_1x5_AVX512, k_inoutI8_1x6_AVX512}},
 }
 
-var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512, softcap: k_softcap_AVX512, addScaled: k_addScaled_AVX512}
+var vecAVX512 = vecKernels{axpy: k_axpy_AVX512, geluMul: k_geluMul_AVX512, max: k_max_AVX512, expSub: k_expSub_AVX512, scale: k_scale_AVX512, softcap: k_softcap_AVX512, addScaled: k_addScaled_AVX512, f16: k_widenF16_AVX512, bf16: k_widenBF16_AVX512, q8: k_widenQ8_AVX512}
 
 var dequantAVX512 = [numDQ]dequantKernel{
 	dqQ4_0:    k_dequantQ4_0_AVX512,

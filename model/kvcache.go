@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"unsafe"
 
 	"github.com/grok-go/grok/kernels"
@@ -556,33 +555,7 @@ func encodeKV(dst []byte, t tensor.DType, src []float32) {
 
 // decodeKV decodes len(dst) values of type t from src (whole rows).
 func decodeKV(dst []float32, t tensor.DType, src []byte) {
-	switch t {
-	case tensor.F32:
-		copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(src))), len(dst)))
-	case tensor.F16:
-		// The table's length makes every index safe, so the loop has
-		// no bounds checks.
-		tab := halfTable()
-		for i, h := range halves(src, len(dst)) {
-			dst[i] = tab[h]
-		}
-	case tensor.BF16:
-		for i, h := range halves(src, len(dst)) {
-			dst[i] = math.Float32frombits(uint32(h) << 16)
-		}
-	default:
-		// Q8_0, as tensor.DequantizeRow decodes it: x = q·d per block of
-		// 32, d the block's little-endian fp16 scale (EncodeRow's bytes).
-		tab := halfTable()
-		for b := 0; b*tensor.Q8BlockBytes < len(src); b++ {
-			blk := (*[tensor.Q8BlockBytes]byte)(src[b*tensor.Q8BlockBytes:])
-			y := (*[tensor.Q8BlockSize]float32)(dst[b*tensor.Q8BlockSize:])
-			d := tab[uint16(blk[0])|uint16(blk[1])<<8]
-			for j := range y {
-				y[j] = float32(int8(blk[2+j])) * d
-			}
-		}
-	}
+	kernels.Widen(dst, t, src)
 }
 
 // halves views the first n 16-bit elements of src, in the machine's
@@ -590,13 +563,3 @@ func decodeKV(dst []float32, t tensor.DType, src []byte) {
 func halves(src []byte, n int) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(src))), n)[:n:n]
 }
-
-// halfTable is every binary16 value as float32 (256 KiB): decoding f16
-// keys and values by lookup is exact and much faster than converting.
-var halfTable = sync.OnceValue(func() *[1 << 16]float32 {
-	t := new([1 << 16]float32)
-	for i := range t {
-		t[i] = tensor.HalfToFloat(uint16(i))
-	}
-	return t
-})

@@ -68,3 +68,42 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkLongContextPrefill times a prompt of several lengths, in the
+// runner's chunks of 512, on BenchmarkLongContextDecode's model: past the
+// first chunk the growth is attention's.
+func BenchmarkLongContextPrefill(b *testing.B) {
+	c := testmodel.SmallConfig()
+	c.VocabSize, c.EmbSize, c.KeySize, c.NumQHeads, c.NumKVHeads, c.NumLayers = 256, 512, 128, 48, 8, 1
+	c.FFNSize, c.NumExperts, c.NumSelectedExperts = 256, 8, 2
+	c.SequenceLen = 8192
+	lm, err := model.New(c, testmodel.Random(c, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := parallel.New(runtime.GOMAXPROCS(0))
+	b.Cleanup(p.Close)
+	lm.Pool = p
+	for _, kt := range []tensor.DType{tensor.F32, tensor.F16} {
+		for _, n := range []int{512, 4096} {
+			b.Run(kt.String()+"/"+strconv.Itoa(n), func(b *testing.B) {
+				mem, err := model.NewPagedKVMemory(&c, model.KVOptions{Slots: 1, SeqLen: 8192, KType: kt, VType: kt})
+				if err != nil {
+					b.Fatal(err)
+				}
+				toks := randTokens(rand.New(rand.NewPCG(1, 1)), n, c.VocabSize, false)
+				c0 := cpuTime()
+				for b.Loop() {
+					mem.Reset(0)
+					for s := 0; s < n; s += 512 {
+						if _, err := lm.Forward(mem, []model.Input{{Tokens: toks[s:min(s+512, n)]}}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "tok/s")
+				b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N*n), "cpu-µs/tok")
+			})
+		}
+	}
+}

@@ -18,6 +18,7 @@ var (
 	scaleGroup     = newGroup("scaleKernel", "x *float32, n int, s float32", "x, n, s")
 	addScaledGroup = newGroup("addScaledKernel", "d, sc, a *float32, n int", "d, sc, a, n")
 	softcapGroup   = newGroup("softcapKernel", "x *float32, n int, mult, m2c, c float32", "x, n, mult, m2c, c")
+	widenVecGroup  = newGroup("widenVecKernel", "dst *float32, src *byte, n int", "dst, src, n")
 )
 
 // genVec emits the vector functions of one arch and returns the Go table
@@ -31,6 +32,9 @@ func genVec(a arch) string {
 		"scale: " + scaleGroup.add(genScale(a)),
 		"softcap: " + softcapGroup.add(genSoftcap(a)),
 		"addScaled: " + addScaledGroup.add(genAddScaled(a)),
+		"f16: " + widenVecGroup.add(genWidenHalf(a, false)),
+		"bf16: " + widenVecGroup.add(genWidenHalf(a, true)),
+		"q8: " + widenVecGroup.add(genWidenQ8(a)),
 	}
 	return strings.Join(fields, ", ")
 }
@@ -333,5 +337,71 @@ func genSoftcap(a arch) string {
 		VMULPS(cv, two, two)
 		VMOVUPS(two, Mem{Base: x})
 	})
+	return name
+}
+
+// genWidenHalf: dst[i] = the fp16 (bf: bf16) src[i], for n vectors: the
+// KV memory's rows decoded exactly (both conversions are exact).
+func genWidenHalf(a arch, bf bool) string {
+	t := "F16"
+	if bf {
+		t = "BF16"
+	}
+	name := "widen" + t + "_" + a.name
+	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s converts n·%d %s values at src to float32 at dst.", name, a.V, t))
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v := a.vec()
+	if bf {
+		VPMOVZXWD(Mem{Base: src}, v)
+		VPSLLD(U8(16), v, v)
+	} else {
+		VCVTPH2PS(Mem{Base: src}, v)
+	}
+	VMOVUPS(v, Mem{Base: dst})
+	ADDQ(U32(2*a.V), src)
+	ADDQ(U32(4*a.V), dst)
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+	return name
+}
+
+// genWidenQ8: n blocks of Q8_0 (an fp16 scale d, 32 int8 q) at src to
+// float32 q·d at dst, one rounding each, as tensor.DequantizeRow does.
+func genWidenQ8(a arch) string {
+	name := "widenQ8_" + a.name
+	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s decodes n blocks of Q8_0 at src (34 bytes each) into n·32 float32 at dst.", name))
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	d := a.q8Scale(Mem{Base: src})
+	for i := 0; i < 32/a.V; i++ {
+		v := a.vec()
+		VPMOVSXBD(Mem{Base: src, Disp: 2 + i*a.V}, v)
+		VCVTDQ2PS(v, v)
+		VMULPS(d, v, v)
+		VMOVUPS(v, Mem{Base: dst, Disp: 4 * a.V * i})
+	}
+	ADDQ(U32(34), src)
+	ADDQ(U32(128), dst)
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
 	return name
 }
