@@ -67,7 +67,10 @@ type kvBook struct {
 	// group took the call's pages, wrote the pad flags and advances the
 	// steps; each shard only writes its rows.
 	grouped bool
-	mems    []*KVMemory // the memories over this book, whose pages a copy copies
+	// mirror is set once MirrorSlot or CopyPage was used: the pages are
+	// another memory's to take (see MirrorSlot).
+	mirror bool
+	mems   []*KVMemory // the memories over this book, whose pages a copy copies
 }
 
 // KVOptions sizes a KV memory.
@@ -223,15 +226,123 @@ func newKVShard(c *Config, base *KVMemory) *KVMemory {
 // preparePages takes the pages a call's inputs need (ErrNoPages, with
 // nothing changed, when the pool has too few free ones).
 func (m *KVMemory) preparePages(inputs []Input) error {
+	if m.mirror {
+		return m.checkMirrored(inputs)
+	}
+	_, err := m.PreparePages(inputs, nil)
+	return err
+}
+
+// PageCopy is a page PreparePages copied: Src, shared, into Dst, fresh,
+// which took its place in a slot's table.
+type PageCopy struct{ Dst, Src int }
+
+// PreparePages takes the pages a Forward call of inputs needs, as Forward
+// does before it computes (which then finds them taken), and appends the
+// copies of shared pages it made to copies: ErrNoPages, with nothing
+// changed, when the pool has too few free ones. With the page tables it
+// leaves, the copies are all another memory needs to mirror this one's
+// pages (MirrorSlot, CopyPage): cluster's leader sends them to the other
+// ranks before each call.
+func (m *KVMemory) PreparePages(inputs []Input, copies []PageCopy) ([]PageCopy, error) {
+	if m.mirror {
+		return copies, errors.New("model: PreparePages on a memory that mirrors another's pages")
+	}
 	need := 0
-	for _, in := range inputs {
+	for i, in := range inputs {
+		if in.Slot < 0 || in.Slot >= m.Slots || len(in.Tokens) > m.SeqLen-m.step[in.Slot] {
+			return copies, fmt.Errorf("model: input %d: %d rows after %d in slot %d of %d × %d", i, len(in.Tokens), m.stepOf(in.Slot), in.Slot, m.Slots, m.SeqLen)
+		}
 		need += m.PagesNeeded(in.Slot, len(in.Tokens))
 	}
 	if need > m.FreePages() {
-		return ErrNoPages
+		return copies, ErrNoPages
 	}
 	for _, in := range inputs {
-		m.prepare(in.Slot, len(in.Tokens))
+		if len(in.Tokens) == 0 {
+			continue // no row to write: no copy either
+		}
+		if c, ok := m.prepare(in.Slot, len(in.Tokens)); ok {
+			copies = append(copies, c)
+		}
+	}
+	return copies, nil
+}
+
+// stepOf is Step, or -1 for a slot out of range (for messages).
+func (m *KVMemory) stepOf(slot int) int {
+	if slot < 0 || slot >= m.Slots {
+		return -1
+	}
+	return m.step[slot]
+}
+
+// MirrorSlot sets a slot's page table and step to another memory's of the
+// same shape, for a memory that follows that one page for page (a cluster
+// follower's: rank 0 takes the pages, PreparePages, and the followers use
+// the same ids). The memory then never takes pages of its own: its free
+// list is dropped, its references count only page tables (so that Reset
+// and Truncate still work), and a Forward whose rows the tables do not
+// cover is refused. pages is copied.
+func (m *KVMemory) MirrorSlot(slot int, pages []int, step int) error {
+	if slot < 0 || slot >= m.Slots {
+		return fmt.Errorf("model: MirrorSlot of slot %d of %d", slot, m.Slots)
+	}
+	if step < 0 || step > m.SeqLen || len(pages) > (m.SeqLen+PageRows-1)/PageRows || step > len(pages)*PageRows {
+		return fmt.Errorf("model: MirrorSlot of %d rows in %d pages, for a slot of %d rows", step, len(pages), m.SeqLen)
+	}
+	for _, p := range pages {
+		if p < 0 || p >= len(m.refs) {
+			return fmt.Errorf("model: MirrorSlot of page %d of %d", p, len(m.refs))
+		}
+	}
+	m.startMirror()
+	for _, p := range m.table[slot] {
+		m.refs[p]--
+	}
+	for _, p := range pages {
+		m.refs[p]++
+	}
+	m.table[slot] = append(m.table[slot][:0], pages...)
+	m.step[slot] = step
+	return nil
+}
+
+// CopyPage copies page src's rows (every layer, kv head and pad flag) to
+// page dst, as PreparePages did on the memory this one mirrors (see
+// MirrorSlot, which this also makes the memory).
+func (m *KVMemory) CopyPage(dst, src int) error {
+	if dst < 0 || dst >= len(m.refs) || src < 0 || src >= len(m.refs) {
+		return fmt.Errorf("model: CopyPage of page %d to %d, of %d", src, dst, len(m.refs))
+	}
+	m.startMirror()
+	m.copyPage(dst, src)
+	return nil
+}
+
+// startMirror makes m a mirror: no free pages (it takes none), and
+// references that count page tables only.
+func (m *KVMemory) startMirror() {
+	if m.mirror {
+		return
+	}
+	m.mirror = true
+	m.free = m.free[:0:0]
+	clear(m.refs)
+	for _, t := range m.table {
+		for _, p := range t {
+			m.refs[p]++
+		}
+	}
+}
+
+// checkMirrored is preparePages for a mirror: the pages were taken by the
+// memory it mirrors, and the tables must cover the call's rows.
+func (m *KVMemory) checkMirrored(inputs []Input) error {
+	for i, in := range inputs {
+		if end := m.step[in.Slot] + len(in.Tokens); end > len(m.table[in.Slot])*PageRows {
+			return fmt.Errorf("model: input %d: slot %d's %d pages do not hold rows up to %d, and a mirrored memory takes no pages of its own", i, in.Slot, len(m.table[in.Slot]), end)
+		}
 	}
 	return nil
 }
@@ -285,7 +396,9 @@ func (m *KVMemory) Release(p int) {
 	case 0:
 		panic(fmt.Sprintf("model: Release of free KV page %d", p))
 	case 1:
-		m.free = append(m.free, p)
+		if !m.mirror { // a mirror's pages are taken by the memory it mirrors
+			m.free = append(m.free, p)
+		}
 	}
 	m.refs[p]--
 }
@@ -389,7 +502,8 @@ var ErrNoPages = errors.New("model: the KV memory has no free page left")
 // prepare makes slot's table cover rows [step, step+n) with pages the slot
 // alone holds, copying a shared last page and allocating new ones. The
 // caller checked PagesNeeded against FreePages.
-func (m *KVMemory) prepare(slot, n int) {
+// It returns the copy it made, if any.
+func (m *KVMemory) prepare(slot, n int) (c PageCopy, copied bool) {
 	s := m.step[slot]
 	t := m.table[slot]
 	if s%PageRows != 0 {
@@ -398,12 +512,14 @@ func (m *KVMemory) prepare(slot, n int) {
 			m.copyPage(p, old)
 			t[s/PageRows] = p
 			m.Release(old)
+			c, copied = PageCopy{Dst: p, Src: old}, true
 		}
 	}
 	for len(t) < (s+n+PageRows-1)/PageRows {
 		t = append(t, m.alloc())
 	}
 	m.table[slot] = t
+	return c, copied
 }
 
 // copyPage copies page src to dst, every layer and head of every memory

@@ -300,3 +300,101 @@ func TestTPAttachSharedPages(t *testing.T) {
 		t.Errorf("%d of %d pages free after the resets", mem.FreePages(), mem.Pages())
 	}
 }
+
+// A memory that mirrors another's pages (MirrorSlot, CopyPage: a cluster
+// follower's) computes the same logits from the copies PreparePages
+// reports and the page tables it leaves, through shared pages and a
+// match that ends mid-page; it takes no pages of its own, and bad ids
+// are errors.
+func TestMirrorSlot(t *testing.T) {
+	c := kvConfig()
+	lm := mustModel(t, c, testmodel.Random(c, 25))
+	rng := rand.New(rand.NewPCG(9, 9))
+	a := randTokens(rng, 40, c.VocabSize, false)
+	opts := model.KVOptions{Slots: 2, Pages: 8, KType: tensor.F16, VType: tensor.F16}
+	lead, err := model.NewPagedKVMemory(&c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror, err := model.NewPagedKVMemory(&c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copies []model.PageCopy
+	call := func(in ...model.Input) {
+		t.Helper()
+		n := len(copies)
+		var err error
+		if copies, err = lead.PreparePages(in, copies); err != nil {
+			t.Fatal(err)
+		}
+		for _, pc := range copies[n:] {
+			if err := mirror.CopyPage(pc.Dst, pc.Src); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for slot := range lead.Slots {
+			if err := mirror.MirrorSlot(slot, lead.PageTable(slot), lead.Step(slot)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := lm.Forward(lead, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = slices.Clone(want)
+		got, err := lm.Forward(mirror, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := testmodel.MaxAbsDiff(got, want); d != 0 {
+			t.Fatalf("call with %d copies: the mirror's logits differ by %g", len(copies), d)
+		}
+	}
+	call(model.Input{Slot: 0, Tokens: a[:37]})
+	pages := slices.Clone(lead.PageTable(0))
+	for _, p := range pages {
+		lead.Retain(p) // a cache's references
+	}
+	lead.Reset(0)
+	if err := lead.Attach(1, pages, 37); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Attach(0, pages[:1], 9); err != nil {
+		t.Fatal(err)
+	}
+	call(model.Input{Slot: 1, Tokens: a[37:], AllLogits: true}, model.Input{Slot: 0, Tokens: a[20:24], AllLogits: true})
+	if len(copies) != 2 || copies[0].Src != pages[2] || copies[1].Src != pages[0] {
+		t.Fatalf("copies %v, want of pages %d and %d", copies, pages[2], pages[0])
+	}
+	mirror.Reset(1) // references count the tables: no panic, no page freed to take
+	if mirror.FreePages() != 0 {
+		t.Errorf("a mirror has %d free pages", mirror.FreePages())
+	}
+	if _, err := lm.Forward(mirror, []model.Input{{Slot: 1, Tokens: a[:1]}}); err == nil || !strings.Contains(err.Error(), "takes no pages of its own") {
+		t.Errorf("a mirror's Forward beyond its tables: %v", err)
+	}
+	if _, err := mirror.PreparePages([]model.Input{{Slot: 1, Tokens: a[:1]}}, nil); err == nil {
+		t.Error("PreparePages on a mirror succeeded")
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"slot", mirror.MirrorSlot(2, nil, 0), "slot 2 of 2"},
+		{"page", mirror.MirrorSlot(0, []int{8}, 1), "page 8 of 8"},
+		{"negative page", mirror.MirrorSlot(0, []int{-1}, 1), "page -1 of 8"},
+		{"rows beyond the pages", mirror.MirrorSlot(0, []int{1}, 17), "17 rows in 1 pages"},
+		{"more pages than the context", mirror.MirrorSlot(0, make([]int, 7), 1), "1 rows in 7 pages"},
+		{"copy", mirror.CopyPage(0, 8), "page 8 to 0"},
+		{"prepare: slot", errOf(lead.PreparePages([]model.Input{{Slot: 2, Tokens: a[:1]}}, nil)), "slot 2 of 2"},
+		{"prepare: beyond the context", errOf(lead.PreparePages([]model.Input{{Slot: 0, Tokens: make([]int, 84)}}, nil)), "84 rows after 13"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, tc.err, tc.want)
+		}
+	}
+}
+
+func errOf[T any](_ T, err error) error { return err }
