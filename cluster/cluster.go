@@ -3,20 +3,25 @@
 //
 // Rank 0, the leader, runs the command the user gave (run, logits, bench,
 // serve) unchanged, over its own shard; its LanguageModel's Hook is a
-// Leader, which broadcasts each Forward call before it computes: the KV
-// memory's shape, every slot's step, and per input the slot, the tokens
-// and AllLogits. The other ranks, the followers, loop in Follower.Run:
-// receive a call, rewind every slot to rank 0's step (this replaces
-// separate Reset and Truncate messages), and run the same Forward on their
-// own shard and their own KV memory (of the same slots, pages and types,
-// their kv heads only), taking part in its collectives. Their slots then
-// hold as many pages as rank 0's when the call takes new ones, so a
-// follower's pool runs out exactly when rank 0's does.
+// Leader, which broadcasts each Forward call before it computes. The
+// other ranks, the followers, loop in Follower.Run: receive a call and run
+// the same Forward on their own shard and their own KV memory (of the same
+// slots, pages and types, their kv heads only), taking part in its
+// collectives.
 //
-// Between calls a slot may only shrink: pages attached from a prefix
-// cache (KVMemory.Attach, ReplacePage) hold rows the followers' memory
-// does not, and rank 0 refuses a call on such a slot; under mpirun the
-// runner's prefix cache is off.
+// The followers' memories mirror rank 0's page for page: the leader first
+// has rank 0's memory take the pages the call needs
+// (KVMemory.PreparePages), then sends the memory's shape, the page copies
+// that made (a shared page a slot writes into, e.g. where a prefix
+// cache's match ends mid-page), every slot's step, the page table of each
+// slot whose table changed since the last call (Reset, Truncate, a prefix
+// cache's Attach or ReplacePage, the pages just taken), and per input the
+// slot, the tokens and AllLogits. A follower makes the same copies, sets
+// those tables and steps (KVMemory.MirrorSlot: it never takes pages of its
+// own) and runs the call. Every write to a page then happens on every rank
+// at once, into the same page id, so a page rank 0 keeps alive between
+// calls (the runner's prefix cache) holds the same rows on every rank and
+// the cache works under mpirun as in one process.
 //
 // While idle the leader sends a heartbeat every second, which every rank
 // answers with a barrier, so that with a comm whose collectives time out
@@ -48,14 +53,18 @@ const HeartbeatEvery = time.Second
 const (
 	magic = 0x43_4B_52_47 // "GRKC"
 
-	kindForward   = 1
+	kindForward   = 1 // the payload: see Leader.BeginForward
 	kindHeartbeat = 2
 	kindShutdown  = 3
 
 	headerBytes = 48
-	// maxPayload bounds a call's description: 4 bytes a token, so far
-	// more than any batch's prompt chunk.
+	// maxPayload bounds a call's description: 4 bytes a token or page
+	// table entry, so far more than any batch's prompt chunk and its
+	// memory's tables.
 	maxPayload = 1 << 30
+
+	// unchanged, for a slot's table length, says the follower holds it.
+	unchanged = math.MaxUint32
 )
 
 // header is the fixed part of every command, broadcast first. A forward
@@ -96,8 +105,6 @@ type Leader struct {
 
 	seq    uint32
 	mems   []*liveMem
-	cur    *liveMem // the memory of the call in flight
-	curMem *model.KVMemory
 	nextID uint32
 	last   time.Time
 	beats  int
@@ -116,10 +123,13 @@ type Leader struct {
 type liveMem struct {
 	id  uint32
 	mem weak.Pointer[model.KVMemory]
-	// tables are the slots' page tables when the last call through this
-	// channel returned: between calls a slot may only shrink (Reset,
-	// Truncate), which the followers repeat from the steps alone.
+	// tables are the slots' page tables as the followers hold them: as
+	// the last call sent them.
 	tables [][]int
+	// copies are the page copies rank 0's memory made that the followers
+	// have yet to make (a call that took pages but was not sent carries
+	// them to the next).
+	copies []model.PageCopy
 }
 
 // NewLeader starts rank 0's side over c and its heartbeat, one every
@@ -216,28 +226,24 @@ func (l *Leader) memID(mem *model.KVMemory) (lm *liveMem, dropped []uint32) {
 	return m, dropped
 }
 
-// checkShrunk reports a slot whose pages changed between calls other than
-// by dropping its last ones: pages attached from a prefix cache, which the
-// followers' memory does not hold.
-func (m *liveMem) checkShrunk(mem *model.KVMemory) error {
-	for slot, was := range m.tables {
-		now := mem.PageTable(slot)
-		if len(now) > len(was) || !slices.Equal(now, was[:len(now)]) {
-			return fmt.Errorf("cluster: slot %d's KV pages changed outside a forward call (a prefix cache's shared pages?): the other ranks cannot follow that", slot)
-		}
-	}
-	return nil
-}
-
-// record keeps the slots' page tables after a call.
+// record keeps the slots' page tables as sent.
 func (m *liveMem) record(mem *model.KVMemory) {
 	for slot := range m.tables {
-		m.tables[slot] = append(m.tables[slot][:0], mem.PageTable(slot)...)
+		if t := mem.PageTable(slot); !slices.Equal(t, m.tables[slot]) {
+			m.tables[slot] = append(m.tables[slot][:0], t...)
+		}
 	}
 }
 
-// BeginForward sends the call to the followers. It holds the channel until
-// EndForward, so that no heartbeat falls between the call's collectives.
+// BeginForward takes the call's pages in mem and sends the call to the
+// followers. It holds the channel until EndForward, so that no heartbeat
+// falls between the call's collectives.
+//
+// The payload, in little-endian uint32s: the number of memories dropped
+// and their ids; the number of page copies and each one's (dst, src);
+// per slot its step and its page table's length, then its pages, or
+// unchanged when the follower holds it; the number of inputs and per
+// input its slot, start step, AllLogits (0 or 1), token count and tokens.
 func (l *Leader) BeginForward(mem *model.KVMemory, inputs []model.Input) error {
 	l.mu.Lock()
 	if l.err != nil || l.closed {
@@ -249,7 +255,10 @@ func (l *Leader) BeginForward(mem *model.KVMemory, inputs []model.Input) error {
 		return err
 	}
 	lm, dropped := l.memID(mem)
-	if err := lm.checkShrunk(mem); err != nil {
+	// The pages first, here: the followers take none of their own, they
+	// use the ids rank 0's memory chose.
+	var err error
+	if lm.copies, err = mem.PreparePages(inputs, lm.copies); err != nil {
 		l.mu.Unlock()
 		return err
 	}
@@ -259,11 +268,25 @@ func (l *Leader) BeginForward(mem *model.KVMemory, inputs []model.Input) error {
 	for _, d := range dropped {
 		p = binary.LittleEndian.AppendUint32(p, d)
 	}
-	// Every slot's step, not only the inputs': a slot rank 0 reset since
-	// (a request finished or was preempted) gives its pages back on the
-	// followers before this call takes pages, as it did on rank 0.
+	p = binary.LittleEndian.AppendUint32(p, uint32(len(lm.copies)))
+	for _, c := range lm.copies {
+		p = binary.LittleEndian.AppendUint32(p, uint32(c.Dst))
+		p = binary.LittleEndian.AppendUint32(p, uint32(c.Src))
+	}
+	// Every slot's step, not only the inputs', and the tables that
+	// changed: a slot rank 0 reset, truncated or attached cached pages to
+	// since is the same on the followers before this call.
 	for slot := range mem.Slots {
 		p = binary.LittleEndian.AppendUint32(p, uint32(mem.Step(slot)))
+		t := mem.PageTable(slot)
+		if slices.Equal(t, lm.tables[slot]) {
+			p = binary.LittleEndian.AppendUint32(p, unchanged)
+			continue
+		}
+		p = binary.LittleEndian.AppendUint32(p, uint32(len(t)))
+		for _, pg := range t {
+			p = binary.LittleEndian.AppendUint32(p, uint32(pg))
+		}
 	}
 	p = binary.LittleEndian.AppendUint32(p, uint32(len(inputs)))
 	for _, in := range inputs {
@@ -289,14 +312,13 @@ func (l *Leader) BeginForward(mem *model.KVMemory, inputs []model.Input) error {
 		l.mu.Unlock()
 		return err
 	}
-	l.cur, l.curMem = lm, mem
+	lm.record(mem)
+	lm.copies = lm.copies[:0]
 	return nil
 }
 
-// EndForward records the slots' pages and releases the channel.
+// EndForward releases the channel.
 func (l *Leader) EndForward() {
-	l.cur.record(l.curMem)
-	l.cur, l.curMem = nil, nil
 	l.last = time.Now()
 	l.mu.Unlock()
 }
@@ -332,6 +354,7 @@ type Follower struct {
 	seq    uint32
 	inputs []model.Input
 	tokens []int
+	table  []int
 
 	// Calls and Heartbeats count the commands followed.
 	Calls, Heartbeats int
@@ -434,15 +457,44 @@ func (f *Follower) forward(h *header, p []byte) error {
 		return fmt.Errorf("cluster: memory %d is %d × %d in %d pages of %v/%v here, %d × %d in %d pages of %v/%v on rank 0",
 			h.mem, mem.Slots, mem.SeqLen, mem.Pages(), mem.KType, mem.VType, o.Slots, o.SeqLen, o.Pages, o.KType, o.VType)
 	}
-	if len(p)/4 < mem.Slots {
+	nc, err := next()
+	if err != nil {
+		return err
+	}
+	if int(nc) > len(p)/8 {
+		return fmt.Errorf("cluster: a forward call of %d page copies in %d bytes", nc, len(p))
+	}
+	for range nc {
+		dst, _ := next()
+		src, _ := next()
+		if err := mem.CopyPage(int(dst), int(src)); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
+	if len(p)/8 < mem.Slots {
 		return errors.New("cluster: a forward call cut short")
 	}
+	maxTable := (mem.SeqLen + model.PageRows - 1) / model.PageRows
 	for slot := range mem.Slots {
-		// Rank 0's slot is at step rows; ours holds at least as many (we
-		// ran every call it ran), unless a call went astray.
 		step, _ := next()
-		if err := mem.Truncate(slot, int(step)); err != nil {
-			return fmt.Errorf("cluster: slot %d is at step %d here, %d on rank 0: %w", slot, mem.Step(slot), step, err)
+		n, err := next()
+		if err != nil {
+			return err
+		}
+		table := mem.PageTable(slot)
+		if n != unchanged {
+			if int(n) > maxTable || int(n) > len(p)/4 {
+				return fmt.Errorf("cluster: slot %d: a page table of %d pages in %d bytes, for %d rows", slot, n, len(p), mem.SeqLen)
+			}
+			f.table = f.table[:0]
+			for range n {
+				pg, _ := next()
+				f.table = append(f.table, int(pg))
+			}
+			table = f.table
+		}
+		if err := mem.MirrorSlot(slot, table, int(step)); err != nil {
+			return fmt.Errorf("cluster: slot %d at step %d on rank 0: %w", slot, step, err)
 		}
 	}
 	n, err := next()

@@ -188,7 +188,7 @@ func TestLeaderFailsWhenAFollowerQuits(t *testing.T) {
 	}
 	// Rank 1 makes its memory with a different shape than rank 0 says:
 	// simulate with a slot the follower's memory lacks.
-	raw := rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{3, 0, 0, 1}}, [][]int{{1}}))
+	raw := rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, nil, []int{0}, [][]int{{0}}, [][4]int{{3, 0, 0, 1}}, [][]int{{1}}))
 	// Rank 1 may abort before rank 0 leaves the second broadcast.
 	if c0.Bcast(raw[0], 0) == nil {
 		c0.Bcast(raw[1], 0)
@@ -210,14 +210,29 @@ func rawCommand(kind, seq, mem, slots, seqLen uint32, payload []byte) [2][]byte 
 	return [2][]byte{b, payload}
 }
 
-func forwardPayload(drop []uint32, steps []int, ins [][4]int, toks [][]int) []byte {
+// forwardPayload encodes a forward call (see Leader.BeginForward): a nil
+// table is one the follower holds.
+func forwardPayload(drop []uint32, copies [][2]int, steps []int, tables [][]int, ins [][4]int, toks [][]int) []byte {
 	var p []byte
 	p = binary.LittleEndian.AppendUint32(p, uint32(len(drop)))
 	for _, d := range drop {
 		p = binary.LittleEndian.AppendUint32(p, d)
 	}
-	for _, st := range steps {
+	p = binary.LittleEndian.AppendUint32(p, uint32(len(copies)))
+	for _, c := range copies {
+		p = binary.LittleEndian.AppendUint32(p, uint32(c[0]))
+		p = binary.LittleEndian.AppendUint32(p, uint32(c[1]))
+	}
+	for i, st := range steps {
 		p = binary.LittleEndian.AppendUint32(p, uint32(st))
+		if i >= len(tables) || tables[i] == nil {
+			p = binary.LittleEndian.AppendUint32(p, unchanged)
+			continue
+		}
+		p = binary.LittleEndian.AppendUint32(p, uint32(len(tables[i])))
+		for _, pg := range tables[i] {
+			p = binary.LittleEndian.AppendUint32(p, uint32(pg))
+		}
 	}
 	p = binary.LittleEndian.AppendUint32(p, uint32(len(ins)))
 	for i, in := range ins {
@@ -236,7 +251,13 @@ func forwardPayload(drop []uint32, steps []int, ins [][4]int, toks [][]int) []by
 // answer.
 func TestFollowerRefusesBadCommands(t *testing.T) {
 	c := testmodel.SmallConfig()
-	ok := forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 2}}, [][]int{{1, 2}})
+	ok := forwardPayload(nil, nil, []int{0}, [][]int{{0}}, [][4]int{{0, 0, 0, 2}}, [][]int{{1, 2}})
+	two := forwardPayload(nil, nil, []int{0}, [][]int{{0}}, [][4]int{{0, 0, 0, 3}, {1, 0, 0, 1}}, [][]int{{1, 2, 3}, {2}})
+	manyInputs := forwardPayload(nil, nil, []int{0}, nil, nil, nil)
+	binary.LittleEndian.PutUint32(manyInputs[len(manyInputs)-4:], 1<<20)
+	one := func(copies [][2]int, step int, table []int, in [4]int, toks ...int) []byte {
+		return forwardPayload(nil, copies, []int{step}, [][]int{table}, [][4]int{in}, [][]int{toks})
+	}
 	for _, tc := range []struct {
 		name string
 		cmds [][2][]byte
@@ -245,19 +266,25 @@ func TestFollowerRefusesBadCommands(t *testing.T) {
 		{"magic", [][2][]byte{{make([]byte, headerBytes), nil}}, "magic"},
 		{"lost command", [][2][]byte{rawCommand(kindHeartbeat, 2, 0, 0, 0, nil)}, "lost"},
 		{"kind", [][2][]byte{rawCommand(9, 1, 0, 0, 0, nil)}, "unknown command"},
-		{"cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 3}, {1, 0, 0, 1}}, [][]int{{1, 2, 3}, {2}})[:48])}, "cut short"},
-		{"inputs cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, ok[:14])}, "1 inputs in 2 bytes"},
+		{"cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, two[:len(two)-8])}, "cut short"},
+		{"inputs cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, ok[:26])}, "1 inputs in 2 bytes"},
 		{"tokens cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, ok[:len(ok)-3])}, "an input of 2 tokens in 5 bytes"},
-		{"slot", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{1, 0, 0, 1}}, [][]int{{1}}))}, "slot 1 of 1"},
-		{"ahead of us", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{3}, [][4]int{{0, 3, 0, 1}}, [][]int{{1}}))}, "at step 0 here, 3 on rank 0"},
-		{"start", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 2, 0, 1}}, [][]int{{1}}))}, "slot 0 is at step 0, the call says 2"},
-		{"steps cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 3, 8, forwardPayload(nil, []int{0}, nil, nil))}, "cut short"},
-		{"many tokens", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 1 << 30}}, [][]int{{1}}))}, "tokens in"},
-		{"many inputs", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 0}}, [][]int{{}})[:4])}, "cut short"},
+		{"slot", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 0, []int{0}, [4]int{1, 0, 0, 1}, 1))}, "slot 1 of 1"},
+		{"rows without pages", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 3, nil, [4]int{0, 3, 0, 1}, 1))}, "MirrorSlot of 3 rows in 0 pages"},
+		{"start", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 0, []int{0}, [4]int{0, 2, 0, 1}, 1))}, "slot 0 is at step 0, the call says 2"},
+		{"steps cut short", [][2][]byte{rawCommand(kindForward, 1, 1, 3, 8, forwardPayload(nil, nil, []int{0}, nil, nil, nil))}, "cut short"},
+		{"many tokens", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 0, []int{0}, [4]int{0, 0, 0, 1 << 30}, 1))}, "tokens in"},
+		{"many inputs", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, manyInputs)}, "1048576 inputs in 0 bytes"},
+		{"many copies", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(slices.Repeat([][2]int{{0, 0}}, 3), 0, []int{0}, [4]int{0, 0, 0, 1}, 1)[:20])}, "3 page copies in 12 bytes"},
+		{"copy of a page out of range", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one([][2]int{{0, 1}}, 0, []int{0}, [4]int{0, 0, 0, 1}, 1))}, "CopyPage of page 1 to 0, of 1"},
+		{"page out of range", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 0, []int{1}, [4]int{0, 0, 0, 1}, 1))}, "MirrorSlot of page 1 of 1"},
+		{"long table", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 0, []int{0, 0}, [4]int{0, 0, 0, 1}, 1))}, "a page table of 2 pages"},
+		{"huge table", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 0, make([]int, 1<<20), [4]int{0, 0, 0, 1}, 1)[:24])}, "a page table of 1048576 pages in 8 bytes"},
+		{"rows the table does not hold", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 0, nil, [4]int{0, 0, 0, 1}, 1))}, "takes no pages of its own"},
 		{"memory shape", [][2][]byte{
 			rawCommand(kindForward, 1, 1, 1, 8, ok),
 			rawCommand(kindForward, 2, 1, 2, 8, ok)}, "1 × 8 in 1 pages of F32/F32 here, 2 × 8 in 2 pages of F32/F32 on rank 0"},
-		{"model refuses", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, forwardPayload(nil, []int{0}, [][4]int{{0, 0, 0, 1}}, [][]int{{c.VocabSize}}))}, "vocabulary"},
+		{"model refuses", [][2][]byte{rawCommand(kindForward, 1, 1, 1, 8, one(nil, 0, []int{0}, [4]int{0, 0, 0, 1}, c.VocabSize))}, "vocabulary"},
 		{"no memory", [][2][]byte{rawCommand(kindForward, 1, 1, 0, 8, ok)}, "KV memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -372,44 +399,104 @@ func TestFollowersFreeWhatTheLeaderFreed(t *testing.T) {
 	}
 }
 
-// TestLeaderRefusesAttachedPages: a slot started on pages another slot
-// wrote (a prefix cache's Attach) is refused on rank 0 with an error; the
-// followers, whose memory holds no such pages, are not sent the call and
-// go on following.
-func TestLeaderRefusesAttachedPages(t *testing.T) {
+// TestFollowersMirrorCachedPages: what a prefix cache does to rank 0's
+// memory between calls (keep a finished slot's pages, Attach them to
+// another slot, a match ending mid-page that the next write copies,
+// ReplacePage, pages freed and taken again) the followers follow: every
+// call computes the same logits on every rank, their page tables are rank
+// 0's, and a call the pool has no pages for is refused on rank 0 before
+// anything is sent.
+func TestFollowersMirrorCachedPages(t *testing.T) {
 	c := testmodel.SmallConfig()
-	c0, _, _, wait := group(t, 2, c, time.Hour)
-	lm := newModel(t, c)
-	lead := NewLeader(c0, time.Hour)
-	lm.Hook = lead
-	mem, err := lm.NewPagedKVMemory(model.KVOptions{Slots: 2, SeqLen: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	toks := []int{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}
-	if _, err := lm.Forward(mem, []model.Input{{Slot: 0, Tokens: toks}}); err != nil {
-		t.Fatal(err)
-	}
-	pages := slices.Clone(mem.PageTable(0))
-	for _, p := range pages {
-		mem.Retain(p) // the cache's references
-	}
-	mem.Reset(0)
-	if err := mem.Attach(1, pages, len(toks)); err != nil {
-		t.Fatal(err)
-	}
-	_, err = lm.Forward(mem, []model.Input{{Slot: 1, Tokens: []int{20}}})
-	if err == nil || !strings.Contains(err.Error(), "slot 1's KV pages changed outside a forward call") {
-		t.Fatalf("Forward on attached pages: %v", err)
-	}
-	mem.Reset(1)
-	if _, err := lm.Forward(mem, []model.Input{{Slot: 1, Tokens: []int{20}}}); err != nil {
-		t.Fatalf("a fresh slot after the refusal: %v", err)
-	}
-	if err := lead.Close(0); err != nil {
-		t.Fatal(err)
-	}
-	if _, errs := wait(); errs[1] != nil {
-		t.Fatalf("follower: %v", errs[1])
+	for _, n := range []int{2, 4} {
+		c0, recs, fols, wait := group(t, n, c, time.Hour)
+		lm := newModel(t, c)
+		lead := NewLeader(c0, time.Hour)
+		lm.Hook = lead
+		mem, err := lm.NewPagedKVMemory(model.KVOptions{Slots: 3, SeqLen: 48, Pages: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := func(from, n int) []int {
+			s := make([]int, n)
+			for i := range s {
+				s[i] = 1 + (from+7*i)%(c.VocabSize-1)
+			}
+			return s
+		}
+		var want [][]float32
+		call := func(in ...model.Input) {
+			t.Helper()
+			out, err := lm.Forward(mem, in)
+			if err != nil {
+				t.Fatalf("n=%d call %d: %v", n, len(want), err)
+			}
+			want = append(want, slices.Clone(out))
+		}
+		var cache []int // the pages a cache holds a reference to
+		keep := func(slot int) []int {
+			pages := slices.Clone(mem.PageTable(slot))
+			for _, p := range pages {
+				mem.Retain(p)
+			}
+			cache = append(cache, pages...)
+			return pages
+		}
+		a, b := seq(3, 20), seq(5, 20)
+		call(model.Input{Slot: 0, Tokens: a, AllLogits: true}) // 2 pages, the second of 4 rows
+		pa := keep(0)
+		mem.Reset(0)
+		call(model.Input{Slot: 1, Tokens: b}) // pages of its own: a's are cached
+		// a again, then more: its pages attached, the partial one copied.
+		if err := mem.Attach(2, pa, len(a)); err != nil {
+			t.Fatal(err)
+		}
+		call(model.Input{Slot: 2, Tokens: seq(9, 3), AllLogits: true}, model.Input{Slot: 1, Tokens: seq(11, 1)})
+		// A match that ends mid-page: 10 rows of a's first page.
+		if err := mem.Attach(0, pa[:1], 10); err != nil {
+			t.Fatal(err)
+		}
+		call(model.Input{Slot: 0, Tokens: seq(13, 5), AllLogits: true})
+		// Slot 1 recomputes a's first page, which the cache then swaps
+		// for its own copy.
+		mem.Reset(1)
+		call(model.Input{Slot: 1, Tokens: a[:17]})
+		mem.ReplacePage(1, 0, pa[0])
+		call(model.Input{Slot: 1, Tokens: seq(15, 2), AllLogits: true}, model.Input{Slot: 2, Tokens: seq(17, 1)})
+		// The pool is short: refused before it is sent.
+		calls := len(want)
+		if _, err := lm.Forward(mem, []model.Input{{Slot: 0, Tokens: seq(19, 30)}, {Slot: 1, Tokens: seq(20, 20)}, {Slot: 2, Tokens: seq(21, 20)}}); !errors.Is(err, model.ErrNoPages) {
+			t.Fatalf("n=%d: a call beyond the pool: %v, want ErrNoPages", n, err)
+		}
+		// The cache lets go; the freed pages are taken again.
+		for _, p := range cache {
+			mem.Release(p)
+		}
+		mem.Reset(2)
+		call(model.Input{Slot: 2, Tokens: seq(21, 40)}, model.Input{Slot: 0, Tokens: seq(23, 1)})
+		if err := lead.Close(0); err != nil {
+			t.Fatal(err)
+		}
+		_, errs := wait()
+		for r := 1; r < n; r++ {
+			if errs[r] != nil {
+				t.Fatalf("n=%d rank %d: %v", n, r, errs[r])
+			}
+			if fols[r].Calls != calls+1 || len(recs[r].logits) != len(want) {
+				t.Fatalf("n=%d rank %d: %d calls, want %d", n, r, fols[r].Calls, len(want))
+			}
+			for i := range want {
+				if d := testmodel.MaxAbsDiff(recs[r].logits[i], want[i]); d != 0 || len(recs[r].logits[i]) != len(want[i]) {
+					t.Fatalf("n=%d rank %d call %d: logits differ by %g", n, r, i, d)
+				}
+			}
+			m := fols[r].Memory(1)
+			for slot := range mem.Slots {
+				if !slices.Equal(m.PageTable(slot), mem.PageTable(slot)) || m.Step(slot) != mem.Step(slot) {
+					t.Fatalf("n=%d rank %d slot %d: pages %v at step %d, rank 0's %v at %d", n, r, slot,
+						m.PageTable(slot), m.Step(slot), mem.PageTable(slot), mem.Step(slot))
+				}
+			}
+		}
 	}
 }
