@@ -384,8 +384,8 @@ func TestMpirunFaults(t *testing.T) {
 }
 
 // TestMpirunServeRepeatsAPrompt: a prompt seen before, which the prefix
-// cache would start on rank 0's cached pages (pages the other ranks do
-// not follow), decodes under mpirun as a single process decodes it.
+// cache starts on rank 0's cached pages (which the other ranks mirror),
+// decodes under mpirun as a single process decodes it.
 func TestMpirunServeRepeatsAPrompt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "kjv.gguf")
 	if err := os.WriteFile(path, defaultmodel.GGUF, 0o644); err != nil {
@@ -443,8 +443,8 @@ func TestMpirunServeRepeatsAPrompt(t *testing.T) {
 		return "", 0
 	}
 	// The prompt, another in the same slot, and the prompt again: the
-	// prefix cache would start the third on the first's cached pages,
-	// which the other ranks' slot no longer holds.
+	// prefix cache starts the third on the first's cached pages, which the
+	// second overwrote in the slot's table.
 	for i, p := range []string{prompt, "And God said, Let there be light: and there was light. And God saw", prompt} {
 		got, status := complete(p)
 		if status != 200 {
@@ -503,4 +503,124 @@ func stopRank1(t *testing.T, mark string) {
 		t.Fatalf("rank 1 (pid %d) did not stop", pid)
 	}
 	t.Fatal("rank 1 not found")
+}
+
+// startServe starts cmd (grok serve --addr addr) and returns once it
+// answers; the server is interrupted when the test ends.
+func startServe(t *testing.T, cmd *exec.Cmd, addr string) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/v1/models")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+	}
+	t.Fatalf("%v did not answer:\n%s", cmd.Args, out.String())
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// chatTurn is one answer of /v1/chat/completions.
+type chatTurn struct {
+	content  string
+	logprobs []float64
+	cached   int
+}
+
+func postChat(t *testing.T, addr string, msgs []map[string]string) chatTurn {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"messages": msgs, "max_tokens": 16, "temperature": 0, "logprobs": true})
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Choices []struct {
+			Message  struct{ Content string }
+			Logprobs struct {
+				Content []struct{ Logprob float64 }
+			}
+		}
+		Usage struct {
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != 200 || len(r.Choices) != 1 {
+		t.Fatalf("POST %s: %d, %v", addr, resp.StatusCode, err)
+	}
+	turn := chatTurn{content: r.Choices[0].Message.Content, cached: r.Usage.PromptTokensDetails.CachedTokens}
+	for _, c := range r.Choices[0].Logprobs.Content {
+		turn.logprobs = append(turn.logprobs, c.Logprob)
+	}
+	return turn
+}
+
+// TestMpirunServeChatUsesPrefixCache: a chat of several turns served
+// under mpirun -np 2, its prefix cache on, takes each turn's start from
+// the cache as one process serving the same split (--tp 2) does, with the
+// same answers and logprobs, bit for bit.
+func TestMpirunServeChatUsesPrefixCache(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kjv.gguf")
+	if err := os.WriteFile(path, defaultmodel.GGUF, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mpi, one := freeAddr(t), freeAddr(t)
+	startServe(t, mpiCmd(t, 2, nil, "serve", "-m", path, "--addr", mpi, "--parallel", "2"), mpi)
+	alone := exec.Command(os.Args[0], "serve", "-m", path, "--addr", one, "--parallel", "2", "--tp", "2")
+	alone.Env = append(os.Environ(), "GROK_TEST_AS_GROK=1")
+	startServe(t, alone, one)
+	// Two users in turn, so that each turn starts in the slot the other
+	// user's last turn wrote.
+	users := [][]string{
+		{"In the beginning God created", "And the earth was without form", "And God said"},
+		{"Blessed are the meek", "for they shall inherit", "Blessed are they"},
+	}
+	hist := make([][]map[string]string, len(users))
+	cached := 0
+	for turn := range users[0] {
+		for u := range users {
+			hist[u] = append(hist[u], map[string]string{"role": "user", "content": users[u][turn]})
+			got, want := postChat(t, mpi, hist[u]), postChat(t, one, hist[u])
+			if got.content != want.content || !slices.Equal(got.logprobs, want.logprobs) || got.cached != want.cached {
+				t.Fatalf("user %d turn %d under mpirun: %q, logprobs %v, %d cached tokens; in one process %q, %v, %d",
+					u, turn, got.content, got.logprobs, got.cached, want.content, want.logprobs, want.cached)
+			}
+			if turn > 0 && got.cached == 0 {
+				t.Errorf("user %d turn %d: no cached token", u, turn)
+			}
+			cached += got.cached
+			hist[u] = append(hist[u], map[string]string{"role": "assistant", "content": got.content})
+		}
+	}
+	t.Logf("%d prompt tokens taken from the cache under mpirun", cached)
 }

@@ -168,11 +168,6 @@ func newEngine(m *loader.Model, o runner.Options, ctxFlag string, note func(stri
 			return nil, err
 		}
 	}
-	if theJob != nil {
-		// The other ranks follow each slot's steps, not the prefix
-		// cache's shared pages (package cluster).
-		o.NoPromptCache = true
-	}
 	eng, err := runner.New(m.LanguageModel, m.Tokenizer, o)
 	var me *runner.MemoryError
 	if errors.As(err, &me) {
