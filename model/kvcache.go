@@ -500,9 +500,9 @@ func (m *KVMemory) WritePage(slot int) int {
 var ErrNoPages = errors.New("model: the KV memory has no free page left")
 
 // prepare makes slot's table cover rows [step, step+n) with pages the slot
-// alone holds, copying a shared last page and allocating new ones. The
-// caller checked PagesNeeded against FreePages.
-// It returns the copy it made, if any.
+// alone holds, copying a shared last page and allocating new ones, and
+// returns the copy it made, if any. The caller checked PagesNeeded against
+// FreePages.
 func (m *KVMemory) prepare(slot, n int) (c PageCopy, copied bool) {
 	s := m.step[slot]
 	t := m.table[slot]
