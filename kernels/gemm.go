@@ -71,6 +71,13 @@ func weightOffset(t tensor.DType, k int) int {
 // row: decode reads F32 and Q8_0 rows front to back (dotDecode).
 const dotSpan = 2048
 
+// tokenGroup is the most tokens dotAdd multiplies at once, a multiple of
+// the kernels' T: past it, a chunk's activations (dotSpan floats a token)
+// would spill from L2 to L3 while the rows stream, so the tokens go in
+// groups, each reading the weights again. A token's sums do not depend on
+// its group.
+func tokenGroup(T int) int { return max(T, 96/T*T) }
+
 // chunk returns the input-axis chunk for n tokens: all of seg when the
 // activations fit in l2Budget, else a whole number of spans of span units
 // (at least one), so that every chunk starts on the grid of dotSpan.
@@ -143,6 +150,12 @@ func (ks *kernelSet) dotAdd(dst []float32, ldo int, x []float32, ldx, n int, m *
 	scaled := m.Type == tensor.I8
 	if scaled {
 		shards, seg = m.Shards, In/m.Shards
+	}
+	if g := tokenGroup(fam.T); n > g {
+		for t0 := 0; t0 < n; t0 += g {
+			ks.dotAdd(dst[t0*ldo:], ldo, x[t0*ldx:], ldx, min(g, n-t0), m, lo, hi)
+		}
+		return
 	}
 	c := chunk(n, seg, 4, dotSpan)
 	if n <= fam.T && !scaled && c >= seg {
