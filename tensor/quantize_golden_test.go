@@ -18,7 +18,7 @@ import (
 var goldenQuantIn = flag.String("golden.qin", "", "write the golden quantiser input rows to this file (see testdata/ggml/make.sh)")
 
 const (
-	goldenQuantRows   = 128
+	goldenQuantRows   = 136
 	goldenQuantRowLen = 256
 )
 
@@ -30,14 +30,17 @@ var goldenQuantTypes = []struct {
 }{
 	{Q4_0, 2}, {Q4_1, 3}, {Q5_0, 6}, {Q5_1, 7}, {Q8_0, 8},
 	{Q2_K, 10}, {Q3_K, 11}, {Q4_K, 12}, {Q5_K, 13}, {Q6_K, 14},
-	{IQ4_NL, 20}, {IQ4_XS, 23},
+	{IQ4_NL, 20}, {IQ4_XS, 23}, {IQ3_XXS, 18}, {IQ3_S, 21},
 }
 
 // goldenQuantInput makes the rows, deterministically and with integer
 // arithmetic plus single float32 operations only, so every platform builds
 // the same floats: special rows first (zeros, constants, tiny and huge
 // values, all positive, all negative, sparse, ties, outliers, mixed block
-// scales, fp16 overflow), then near-Gaussian rows at scales from 1e-4 to 1e2.
+// scales, fp16 overflow), then near-Gaussian rows at scales from 1e-4 to 1e2,
+// then from row 128 rows for the IQ3 quantisers' edges: NaN and ±Inf,
+// squares beyond float32's range, denormals, alternate all-zero groups of
+// 32, and magnitudes around IQ3_XXS's group threshold of 1e-8.
 func goldenQuantInput() []float32 {
 	r := rand.New(rand.NewPCG(0x71756e74, 1))
 	// gauss is an Irwin–Hall sum of four 24-bit uniforms, about N(0, 1.15²).
@@ -104,6 +107,33 @@ func goldenQuantInput() []float32 {
 				if r.Uint32()&1 == 0 {
 					y[i] = -1
 				}
+			case 128:
+				y[i] = math.Float32frombits(0x7fc00000)
+			case 129:
+				y[i] = g
+				if i == 100 {
+					y[i] = math.Float32frombits(0x7fc00000)
+				}
+			case 130:
+				y[i] = g
+				if i == 3 {
+					y[i] = float32(math.Inf(1))
+				}
+			case 131:
+				y[i] = g
+				if i == 200 {
+					y[i] = float32(math.Inf(-1))
+				}
+			case 132: // x² overflows float32 above about 1.8e19
+				y[i] = g * 3e19
+			case 133:
+				y[i] = g * 1e-40
+			case 134: // groups 0, 2, 4, 6 all zero
+				if i/32%2 == 1 {
+					y[i] = g
+				}
+			case 135:
+				y[i] = g * 6e-9
 			default:
 				y[i] = g * scales[row%len(scales)]
 				if row%3 == 0 && i%64 == 5 {
@@ -138,7 +168,9 @@ func TestGoldenWriteQuantInput(t *testing.T) {
 
 // TestQuantizeMatchesGGML compares QuantizeRow with ggml's own output on the
 // generated rows, byte for byte, for every type and row; the input's hash
-// recorded by quantize.c proves that the rows are the ones ggml saw.
+// recorded by quantize.c proves that the rows are the ones ggml saw. Where
+// ggml's quantiser aborted on a row, QuantizeRow must fail on it, and only
+// there.
 func TestQuantizeMatchesGGML(t *testing.T) {
 	gold := readGzip(t, "testdata/ggml/quant.bin.gz")
 	h := fnv.New64a()
@@ -154,17 +186,35 @@ func TestQuantizeMatchesGGML(t *testing.T) {
 		}
 		code, n := binary.LittleEndian.Uint32(gold), int(binary.LittleEndian.Uint32(gold[4:]))
 		rb, _ := gt.t.RowBytes(goldenQuantRowLen)
-		if code != gt.ggml || n != rb*goldenQuantRows || len(gold) < 8+n {
+		if code != gt.ggml || n != rb*goldenQuantRows || len(gold) < 12+n {
 			t.Fatalf("quant.bin.gz: record (type %d, %d bytes) is not %v's", code, n, gt.t)
 		}
 		want := gold[8 : 8+n]
-		gold = gold[8+n:]
+		na := int(binary.LittleEndian.Uint32(gold[8+n:]))
+		if na > goldenQuantRows || len(gold) < 12+n+4*na {
+			t.Fatalf("quant.bin.gz: %v: %d aborted rows", gt.t, na)
+		}
+		aborted := map[int]bool{}
+		for i := 0; i < na; i++ {
+			aborted[int(binary.LittleEndian.Uint32(gold[12+n+4*i:]))] = true
+		}
+		gold = gold[12+n+4*na:]
 		t.Run(gt.t.String(), func(t *testing.T) {
 			got := make([]byte, rb)
 			bad := 0
 			for row := 0; row < goldenQuantRows; row++ {
-				if err := QuantizeRow(gt.t, x[row*goldenQuantRowLen:(row+1)*goldenQuantRowLen], got); err != nil {
-					t.Fatal(err)
+				err := QuantizeRow(gt.t, x[row*goldenQuantRowLen:(row+1)*goldenQuantRowLen], got)
+				if aborted[row] {
+					if err == nil {
+						bad++
+						t.Errorf("row %d: ggml aborted, QuantizeRow succeeded", row)
+					}
+					continue
+				}
+				if err != nil {
+					bad++
+					t.Errorf("row %d: %v", row, err)
+					continue
 				}
 				w := want[row*rb : (row+1)*rb]
 				for i := range got {
@@ -199,6 +249,7 @@ func TestQuantizeRowRefuses(t *testing.T) {
 		{"i-quant that needs an importance matrix", IQ2_XXS, 256, 66},
 		{"partial legacy block", Q4_0, 48, 27},
 		{"partial super-block", Q4_K, 128, 72},
+		{"partial IQ3_S super-block", IQ3_S, 128, 55},
 		{"short destination", Q6_K, 256, 209},
 		{"long destination", Q5_1, 32, 25},
 	} {
@@ -264,7 +315,7 @@ func TestValidateRow(t *testing.T) {
 		t    DType
 		v    float32
 		want string
-	}{{F32, float32(math.Inf(1)), "inf"}, {F32, float32(math.NaN()), "nan"}, {F16, 1e5, "inf"}, {BF16, float32(math.NaN()), "nan"}, {F16, 1, ""}} {
+	}{{F32, float32(math.Inf(1)), "inf"}, {F32, math.Float32frombits(0x7fc00000), "nan"}, {F16, 1e5, "inf"}, {BF16, float32(math.NaN()), "nan"}, {F16, 1, ""}} {
 		b, _ := EncodeRow(nil, c.t, []float32{0, c.v})
 		err := ValidateRow(c.t, b)
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want+" at block 1")) {

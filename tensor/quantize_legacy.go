@@ -30,16 +30,28 @@ var blockQuantizers = [...]func(x []float32, y []byte){
 	IQ4_XS: quantIQ4_XS,
 }
 
+// failingQuantizers are the block quantisers that can fail where ggml's
+// aborts (see quantize_iq3.go); on failure the block's bytes are undefined.
+var failingQuantizers = [...]func(x []float32, y []byte) bool{
+	IQ3_XXS: quantIQ3_XXS,
+	IQ3_S:   quantIQ3_S,
+}
+
 // CanQuantize reports whether QuantizeRow encodes type t.
 func CanQuantize(t DType) bool {
-	return t >= 0 && int(t) < len(blockQuantizers) && blockQuantizers[t] != nil
+	return t >= 0 && (int(t) < len(blockQuantizers) && blockQuantizers[t] != nil ||
+		int(t) < len(failingQuantizers) && failingQuantizers[t] != nil)
 }
 
 // QuantizeRow encodes src as the block-quantised type t into dst, which must
 // be exactly the bytes those elements occupy. The bytes equal what
 // ggml_quantize_chunk writes for the same floats with no importance matrix
-// (quantize_row_*_ref; quantize_iq4_nl and quantize_iq4_xs for the two
-// i-quants it handles). It does not allocate.
+// (quantize_row_*_ref; quantize_iq4_nl, quantize_iq4_xs, quantize_iq3_xxs
+// and quantize_iq3_s for the i-quants it handles). It does not allocate,
+// except to build the IQ3 codebooks' neighbour tables once. For IQ3_XXS
+// and IQ3_S it fails on the values where ggml's quantiser aborts: where
+// squares overflow float32 (magnitudes above about 1.8e19) or values are
+// not finite.
 func QuantizeRow(t DType, src []float32, dst []byte) error {
 	if !CanQuantize(t) {
 		return fmt.Errorf("tensor: cannot quantise to %v", t)
@@ -52,8 +64,17 @@ func QuantizeRow(t DType, src []float32, dst []byte) error {
 		return fmt.Errorf("tensor: %v row of %d elements needs %d bytes, have %d", t, len(src), need, len(dst))
 	}
 	clear(dst)
-	q := blockQuantizers[t]
 	bs, bb := t.BlockSize(), t.BlockBytes()
+	if int(t) < len(failingQuantizers) && failingQuantizers[t] != nil {
+		q := failingQuantizers[t]
+		for i := 0; i < len(src)/bs; i++ {
+			if !q(src[i*bs:(i+1)*bs], dst[i*bb:(i+1)*bb]) {
+				return fmt.Errorf("tensor: %v cannot quantise block %d: its values are too large or not finite for ggml's codebook search, which aborts on them", t, i)
+			}
+		}
+		return nil
+	}
+	q := blockQuantizers[t]
 	for i := 0; i < len(src)/bs; i++ {
 		q(src[i*bs:(i+1)*bs], dst[i*bb:(i+1)*bb])
 	}
@@ -209,7 +230,7 @@ func quantQ5_1(x []float32, y []byte) {
 // halfFields are the byte offsets in one block of the fp16 scales that
 // ggml_validate_row_data checks (d, and m or dmin).
 var halfFields = map[DType][]int{
-	Q8_0: {0}, Q4_0: {0}, Q5_0: {0}, IQ4_NL: {0}, IQ4_XS: {0},
+	Q8_0: {0}, Q4_0: {0}, Q5_0: {0}, IQ4_NL: {0}, IQ4_XS: {0}, IQ3_XXS: {0}, IQ3_S: {0},
 	Q4_1: {0, 2}, Q5_1: {0, 2}, Q4_K: {0, 2}, Q5_K: {0, 2},
 	Q2_K: {80, 82}, Q3_K: {108}, Q6_K: {208},
 }
