@@ -58,15 +58,19 @@ const (
 	Q6_K
 	IQ4_NL
 	IQ4_XS
+	IQ3_S
+	IQ3_M
+	IQ3_XXS // refused for grok: its attn_q would be IQ2_S, which needs an importance matrix
+	IQ3_XS  // refused for grok: its attn_q would be IQ3_XXS, which needs an importance matrix
 )
 
 var typeNames = [...]string{Keep: "keep", F32: "f32", F16: "f16", BF16: "bf16", Q8_0: "q8_0",
 	Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1", Q2_K: "q2_k", Q3_K_S: "q3_k_s", Q3_K_M: "q3_k_m",
 	Q3_K_L: "q3_k_l", Q4_K_S: "q4_k_s", Q4_K_M: "q4_k_m", Q5_K_S: "q5_k_s", Q5_K_M: "q5_k_m", Q6_K: "q6_k",
-	IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs"}
+	IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs", IQ3_S: "iq3_s", IQ3_M: "iq3_m", IQ3_XXS: "iq3_xxs", IQ3_XS: "iq3_xs"}
 
 // TypeNames lists the names ParseType accepts, for usage messages.
-const TypeNames = "f32|f16|bf16|q8_0|keep|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k_s|q3_k_m|q3_k_l|q4_k_s|q4_k_m|q5_k_s|q5_k_m|q6_k|iq4_nl|iq4_xs"
+const TypeNames = "f32|f16|bf16|q8_0|keep|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k_s|q3_k_m|q3_k_l|q4_k_s|q4_k_m|q5_k_s|q5_k_m|q6_k|iq3_s|iq3_m|iq4_nl|iq4_xs"
 
 // String returns the type's name as the command line spells it.
 func (t Type) String() string {

@@ -495,7 +495,8 @@ func TestConvertErrors(t *testing.T) {
 		}
 	}
 	for s, want := range map[string]Type{"F32": F32, "q8_0": Q8_0, "Keep": Keep, "bf16": BF16, "f16": F16,
-		"q4_k": Q4_K_M, "Q4_K_M": Q4_K_M, "q2_k": Q2_K, "Q6_K": Q6_K, "q5_k_s": Q5_K_S, "q4_0": Q4_0} {
+		"q4_k": Q4_K_M, "Q4_K_M": Q4_K_M, "q2_k": Q2_K, "Q6_K": Q6_K, "q5_k_s": Q5_K_S, "q4_0": Q4_0,
+		"iq3_s": IQ3_S, "IQ3_M": IQ3_M, "iq3_xxs": IQ3_XXS, "iq3_xs": IQ3_XS} {
 		if got, err := ParseType(s); err != nil || got != want {
 			t.Errorf("ParseType(%q) = %v, %v", s, got, err)
 		}

@@ -49,27 +49,43 @@ func ParseSplitSize(s string) (int64, error) {
 // types llama-quantize writes, and the general.file_type it records.
 type Ftype uint32
 
-// The ftypes Quantize writes.
+// The ftypes Quantize knows. The 1- and 2-bit i-quants, Q2_K_S, IQ3_XXS and
+// IQ3_XS give some tensors types that llama-quantize writes only from an
+// importance matrix, which Quantize does not take, so Quantize refuses them
+// as llama-quantize refuses them without --imatrix (see imatrixRefusal):
+// for grok models always, unless those tensors' rows are not whole
+// super-blocks and fall back to other types.
 const (
-	FtypeF32    Ftype = 0
-	FtypeF16    Ftype = 1
-	FtypeQ4_0   Ftype = 2
-	FtypeQ4_1   Ftype = 3
-	FtypeQ8_0   Ftype = 7
-	FtypeQ5_0   Ftype = 8
-	FtypeQ5_1   Ftype = 9
-	FtypeQ2_K   Ftype = 10
-	FtypeQ3_K_S Ftype = 11
-	FtypeQ3_K_M Ftype = 12
-	FtypeQ3_K_L Ftype = 13
-	FtypeQ4_K_S Ftype = 14
-	FtypeQ4_K_M Ftype = 15
-	FtypeQ5_K_S Ftype = 16
-	FtypeQ5_K_M Ftype = 17
-	FtypeQ6_K   Ftype = 18
-	FtypeIQ4_NL Ftype = 25
-	FtypeIQ4_XS Ftype = 30
-	FtypeBF16   Ftype = 32
+	FtypeF32     Ftype = 0
+	FtypeF16     Ftype = 1
+	FtypeQ4_0    Ftype = 2
+	FtypeQ4_1    Ftype = 3
+	FtypeQ8_0    Ftype = 7
+	FtypeQ5_0    Ftype = 8
+	FtypeQ5_1    Ftype = 9
+	FtypeQ2_K    Ftype = 10
+	FtypeQ3_K_S  Ftype = 11
+	FtypeQ3_K_M  Ftype = 12
+	FtypeQ3_K_L  Ftype = 13
+	FtypeQ4_K_S  Ftype = 14
+	FtypeQ4_K_M  Ftype = 15
+	FtypeQ5_K_S  Ftype = 16
+	FtypeQ5_K_M  Ftype = 17
+	FtypeQ6_K    Ftype = 18
+	FtypeIQ2_XXS Ftype = 19
+	FtypeIQ2_XS  Ftype = 20
+	FtypeQ2_K_S  Ftype = 21
+	FtypeIQ3_XS  Ftype = 22
+	FtypeIQ3_XXS Ftype = 23
+	FtypeIQ1_S   Ftype = 24
+	FtypeIQ4_NL  Ftype = 25
+	FtypeIQ3_S   Ftype = 26
+	FtypeIQ3_M   Ftype = 27
+	FtypeIQ2_S   Ftype = 28
+	FtypeIQ2_M   Ftype = 29
+	FtypeIQ4_XS  Ftype = 30
+	FtypeIQ1_M   Ftype = 31
+	FtypeBF16    Ftype = 32
 )
 
 // ftypes lists the ftypes with llama-quantize's names for them and their
@@ -94,14 +110,30 @@ var ftypes = []struct {
 	{FtypeQ6_K, "Q6_K", tensor.Q6_K},
 	{FtypeIQ4_NL, "IQ4_NL", tensor.IQ4_NL},
 	{FtypeIQ4_XS, "IQ4_XS", tensor.IQ4_XS},
+	{FtypeIQ3_XXS, "IQ3_XXS", tensor.IQ3_XXS},
+	{FtypeIQ3_XS, "IQ3_XS", tensor.IQ3_S},
+	{FtypeIQ3_S, "IQ3_S", tensor.IQ3_S},
+	{FtypeIQ3_M, "IQ3_M", tensor.IQ3_S},
 	{FtypeQ8_0, "Q8_0", tensor.Q8_0},
 	{FtypeF16, "F16", tensor.F16},
 	{FtypeBF16, "BF16", tensor.BF16},
 	{FtypeF32, "F32", tensor.F32},
+	// Refused wherever a tensor keeps a type that needs an importance
+	// matrix (for grok models: always); parsed so that the refusal says so.
+	{FtypeQ2_K_S, "Q2_K_S", tensor.Q2_K},
+	{FtypeIQ2_XXS, "IQ2_XXS", tensor.IQ2_XXS},
+	{FtypeIQ2_XS, "IQ2_XS", tensor.IQ2_XS},
+	{FtypeIQ2_S, "IQ2_S", tensor.IQ2_XS},
+	{FtypeIQ2_M, "IQ2_M", tensor.IQ2_S},
+	{FtypeIQ1_S, "IQ1_S", tensor.IQ1_S},
+	{FtypeIQ1_M, "IQ1_M", tensor.IQ1_M},
 }
 
 // QuantizeTypeNames lists the type names ParseQuantizeType accepts.
-const QuantizeTypeNames = "q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, q8_0, f16, bf16, f32"
+// It leaves out the ftypes that need an importance matrix for grok's
+// tensors (IQ3_XXS, IQ3_XS, IQ2_*, IQ1_*, Q2_K_S): those are parsed, so that
+// Quantize can refuse them with the reason.
+const QuantizeTypeNames = "q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq3_s, iq3_m, iq4_nl, iq4_xs, q8_0, f16, bf16, f32"
 
 // String returns llama-quantize's name of the ftype (Q4_K_M, …).
 func (f Ftype) String() string {
@@ -526,24 +558,71 @@ func (c *typeChooser) choose(name string, ne0 int64) (tensor.DType, string, erro
 	if err != nil {
 		return 0, "", err
 	}
-	return c.fallback(t, name, ne0)
+	t, warn, err := c.fallback(t, name, ne0)
+	if err == nil {
+		err = c.imatrixRefusal(name, t)
+	}
+	return t, warn, err
 }
 
-// mixture is llama_tensor_get_type_impl, restricted to the ftypes Quantize
-// accepts (the branches of the i-quants that need an importance matrix, TQ
-// and MXFP4 never fire for them) and to no importance matrix.
+// mixture is llama_tensor_get_type_impl without an importance matrix,
+// restricted to the ftypes of ftypes (the TQ, Q1_0, Q2_0 and MXFP4 branches
+// never fire for them).
 func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DType, error) {
 	ft, p := c.ft, c.p
 	cat := categoryOf(name)
 	switch {
 	case cat == catOutput || (c.tied && cat == catTokenEmbd):
-		if p.falcon || ne0%int64(t.BlockSize()) != 0 {
+		switch {
+		case p.falcon || ne0%int64(t.BlockSize()) != 0:
 			t = tensor.Q8_0
-		} else if t != tensor.Q8_0 {
+		case ft.oneOf(FtypeIQ2_XXS, FtypeIQ2_XS, FtypeIQ3_XXS, FtypeIQ1_S, FtypeIQ2_S, FtypeIQ2_M, FtypeIQ1_M):
+			t = tensor.Q5_K
+		case t != tensor.Q8_0:
 			t = tensor.Q6_K
 		}
 	case cat == catTokenEmbd:
-		// Only i-quant and ternary ftypes change an untied embedding.
+		switch {
+		case ft.oneOf(FtypeIQ2_XXS, FtypeIQ2_XS, FtypeIQ1_S, FtypeIQ1_M):
+			t = tensor.Q2_K
+		case ft.oneOf(FtypeIQ2_S, FtypeIQ2_M, FtypeIQ3_XXS):
+			t = tensor.IQ3_S
+		}
+	case ft.oneOf(FtypeIQ2_XXS, FtypeIQ2_XS, FtypeIQ1_S, FtypeIQ2_S, FtypeIQ2_M, FtypeIQ1_M):
+		// The 2-bit and 1-bit i-quants, whose branch counts ffn_down by the
+		// running counter and checks no layer names.
+		iq2s := ft.oneOf(FtypeIQ2_S, FtypeIQ2_M)
+		switch {
+		case cat.attnVLike():
+			switch {
+			case p.nGQA >= 4 || p.nExpert >= 4:
+				t = tensor.Q4_K
+			case iq2s:
+				t = tensor.IQ3_S
+			default:
+				t = tensor.Q2_K
+			}
+			c.iAttnV++
+		case p.nExpert == 8 && cat == catAttnK:
+			t = tensor.Q4_K
+		case cat == catFFNDown:
+			if c.iDown < p.nLayer/8 {
+				t = tensor.Q2_K
+				if iq2s {
+					t = tensor.IQ3_S
+				}
+			}
+			c.iDown++
+		case cat == catAttnOutput:
+			switch {
+			case p.nExpert == 8:
+				t = tensor.Q5_K
+			case ft.oneOf(FtypeIQ1_S, FtypeIQ1_M):
+				t = tensor.IQ2_XXS
+			case iq2s:
+				t = tensor.IQ3_S
+			}
+		}
 	case cat.attnVLike():
 		switch {
 		case ft == FtypeQ2_K:
@@ -551,6 +630,17 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 			if p.nGQA >= 4 {
 				t = tensor.Q4_K
 			}
+		case ft == FtypeQ2_K_S && p.nGQA >= 4:
+			t = tensor.Q4_K
+		case ft == FtypeIQ3_XXS:
+			t = tensor.IQ3_S // IQ3_XXS only with an importance matrix
+			if p.nGQA >= 4 {
+				t = tensor.Q4_K
+			}
+		case ft.oneOf(FtypeIQ3_XS, FtypeIQ3_S) && p.nGQA >= 4:
+			t = tensor.Q4_K
+		case ft == FtypeIQ3_M:
+			t = tensor.Q4_K
 		case ft == FtypeQ3_K_M:
 			t = tensor.Q4_K
 			if c.iAttnV < 2 {
@@ -558,9 +648,9 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 			}
 		case ft == FtypeQ3_K_L:
 			t = tensor.Q5_K
-		case (ft == FtypeIQ4_NL || ft == FtypeIQ4_XS) && p.nGQA >= 4:
+		case ft.oneOf(FtypeIQ4_NL, FtypeIQ4_XS) && p.nGQA >= 4:
 			t = tensor.Q5_K
-		case (ft == FtypeQ4_K_M || ft == FtypeQ5_K_M) && useMoreBits(c.iAttnV, c.nAttnV):
+		case ft.oneOf(FtypeQ4_K_M, FtypeQ5_K_M) && useMoreBits(c.iAttnV, c.nAttnV):
 			t = tensor.Q6_K
 		case ft == FtypeQ4_K_S && c.iAttnV < 4:
 			t = tensor.Q5_K
@@ -570,10 +660,21 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 		}
 		c.iAttnV++
 	case cat == catAttnK:
-		if p.nExpert == 8 {
+		switch {
+		case p.nExpert == 8:
 			t = tensor.Q8_0
+		case ft == FtypeIQ3_XS:
+			t = tensor.IQ3_XXS
+		case ft == FtypeIQ3_XXS:
+			t = tensor.IQ2_S
 		}
 	case cat == catAttnQ:
+		switch ft {
+		case FtypeIQ3_XS:
+			t = tensor.IQ3_XXS
+		case FtypeIQ3_XXS:
+			t = tensor.IQ2_S
+		}
 	case cat == catFFNDown:
 		i, err := c.layer(c.iDown, name)
 		if err != nil {
@@ -583,6 +684,15 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 		switch {
 		case ft == FtypeQ2_K:
 			t = tensor.Q3_K
+		case ft == FtypeQ2_K_S:
+			if i < n/8 {
+				t = tensor.Q4_K
+			}
+		case ft == FtypeIQ3_XXS: // without an importance matrix
+			t = tensor.Q3_K
+			if i < n/8 {
+				t = tensor.Q4_K
+			}
 		case ft == FtypeQ3_K_M:
 			switch {
 			case i < n/16:
@@ -592,6 +702,8 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 			default:
 				t = tensor.Q3_K
 			}
+		case ft == FtypeIQ3_M && (i < n/8 || (p.nExpert == 8 && useMoreBits(i, n))):
+			t = tensor.Q4_K
 		case ft == FtypeQ3_K_L:
 			t = tensor.Q5_K
 			if p.falcon {
@@ -610,7 +722,7 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 			} else if useMoreBits(i, n) {
 				t = tensor.Q6_K
 			}
-		case i < n/8 && (ft == FtypeIQ4_NL || ft == FtypeIQ4_XS): // without an importance matrix
+		case i < n/8 && ft.oneOf(FtypeIQ4_NL, FtypeIQ4_XS): // without an importance matrix
 			t = tensor.Q5_K
 		case ft == FtypeQ5_K_M && useMoreBits(i, n):
 			t = tensor.Q6_K
@@ -625,32 +737,68 @@ func (c *typeChooser) mixture(t tensor.DType, name string, ne0 int64) (tensor.DT
 				t = tensor.Q4_K
 			}
 		case p.nExpert == 8:
-			switch ft {
-			case FtypeQ2_K, FtypeQ3_K_S, FtypeQ3_K_M, FtypeQ4_K_S, FtypeQ4_K_M, FtypeIQ4_NL, FtypeIQ4_XS:
+			if ft.oneOf(FtypeQ2_K, FtypeIQ3_XS, FtypeIQ3_XXS, FtypeQ3_K_S, FtypeQ3_K_M, FtypeIQ4_NL,
+				FtypeQ4_K_S, FtypeQ4_K_M, FtypeIQ3_S, FtypeIQ3_M, FtypeIQ4_XS) {
 				t = tensor.Q5_K
 			}
 		default:
 			switch ft {
 			case FtypeQ2_K:
 				t = tensor.Q3_K
-			case FtypeQ3_K_M:
+			case FtypeIQ3_XXS:
+				t = tensor.IQ3_S
+			case FtypeQ3_K_M, FtypeIQ3_M:
 				t = tensor.Q4_K
 			case FtypeQ3_K_L:
 				t = tensor.Q5_K
 			}
 		}
 	case cat == catFFNGate, cat == catFFNUp:
-		// Only IQ3_XS changes these, but layer_info still checks the name.
 		ctr := &c.iGate
 		if cat == catFFNUp {
 			ctr = &c.iUp
 		}
-		if _, err := c.layer(*ctr, name); err != nil {
+		i, err := c.layer(*ctr, name)
+		if err != nil {
 			return 0, err
+		}
+		if ft == FtypeIQ3_XS && i >= p.nLayer/8 && i < 7*p.nLayer/8 {
+			t = tensor.IQ3_XXS
 		}
 		*ctr++
 	}
 	return t, nil
+}
+
+// oneOf reports whether f is one of fs.
+func (f Ftype) oneOf(fs ...Ftype) bool {
+	for _, g := range fs {
+		if f == g {
+			return true
+		}
+	}
+	return false
+}
+
+// imatrixRefusal is tensor_requires_imatrix: llama-quantize refuses to write
+// the i-quants below IQ3_S, and Q2_K in a Q2_K_S file, without an importance
+// matrix, except into token_embd and output. It returns the error Quantize
+// gives for a tensor whose type is one of those, nil otherwise.
+func (c *typeChooser) imatrixRefusal(name string, t tensor.DType) error {
+	if name == "token_embd.weight" || name == "per_layer_token_embd.weight" || name == "output.weight" {
+		return nil
+	}
+	switch t {
+	case tensor.IQ3_XXS, tensor.IQ2_XXS, tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_M, tensor.IQ1_S:
+		return fmt.Errorf("%v needs an importance matrix, which grok quantize does not take: llama-quantize's rules give tensor %s type %v, "+
+			"which it refuses to write without one (--imatrix) because the result would be garbage", c.ft, name, t)
+	case tensor.Q2_K:
+		if c.ft == FtypeQ2_K_S {
+			return fmt.Errorf("%v needs an importance matrix, which grok quantize does not take: llama-quantize's rules give tensor %s type Q2_K, "+
+				"which in a Q2_K_S file it refuses to write without one (--imatrix); the Q2_K mixture needs none", c.ft, name)
+		}
+	}
+	return nil
 }
 
 // fallback is tensor_type_fallback: a type whose block does not divide the
@@ -663,7 +811,7 @@ func (c *typeChooser) fallback(t tensor.DType, name string, ne0 int64) (tensor.D
 	c.nFallbk++
 	r := t
 	switch t {
-	case tensor.IQ4_XS:
+	case tensor.IQ1_S, tensor.IQ1_M, tensor.IQ2_XXS, tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ3_XXS, tensor.IQ3_S, tensor.IQ4_XS:
 		r = tensor.IQ4_NL
 	case tensor.Q2_K, tensor.Q3_K:
 		r = tensor.Q4_0

@@ -137,28 +137,38 @@ func TestWriteQuantModel(t *testing.T) {
 // block ftype and checks each file against the SHA-256 of llama-quantize's
 // output for the same input (testdata/grok-quant/SHA256SUMS): the whole
 // file, so the per-tensor types, the quantised bytes, the metadata and the
-// layout all agree. With -short, and under the race detector (ten times
-// slower, and these are single-threaded), only Q2_K and Q4_K_M are checked.
+// layout all agree. The ftypes llama-quantize refuses without an importance
+// matrix must be refused naming the tensor and type it named
+// (testdata/grok-quant/REFUSALS). With -short, and under the race detector
+// (ten times slower, and these are single-threaded), only Q2_K, Q4_K_M and
+// IQ3_S are checked.
 func TestQuantizeKQuantsMatchLlamaCpp(t *testing.T) {
 	want := readSums(t)
+	refused := readRefusals(t)
 	dir := t.TempDir()
-	checked := 0
+	checked, refusals := 0, 0
 	for _, m := range quantModels {
 		src := filepath.Join(dir, "grok-quant-"+m.name+"-f32.gguf")
 		if err := writeQuantModel(src, m); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range ftypes {
-			if !c.dt.Quantized() || ((testing.Short() || raceEnabled) && c.ft != FtypeQ2_K && c.ft != FtypeQ4_K_M) {
+			if !c.dt.Quantized() || ((testing.Short() || raceEnabled) && c.ft != FtypeQ2_K && c.ft != FtypeQ4_K_M && c.ft != FtypeIQ3_S) {
 				continue
 			}
-			name := "grok-quant-" + m.name + "-" + c.name + ".gguf"
+			base := "grok-quant-" + m.name + "-" + c.name
+			name := base + ".gguf"
+			dst := filepath.Join(dir, name)
+			if r, ok := refused[base]; ok {
+				checkRefusal(t, src, dst, c.ft, r)
+				refusals++
+				continue
+			}
 			sum, ok := want[name]
 			if !ok {
 				t.Errorf("SHA256SUMS has no %s", name)
 				continue
 			}
-			dst := filepath.Join(dir, name)
 			res, err := Quantize(context.Background(), src, dst, c.ft, QuantizeOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -178,52 +188,92 @@ func TestQuantizeKQuantsMatchLlamaCpp(t *testing.T) {
 		}
 		os.Remove(src)
 	}
-	if checked == 0 {
-		t.Fatal("nothing checked")
+	if checked == 0 || (!testing.Short() && !raceEnabled && refusals != len(refused)-len(tinyRefused)) {
+		t.Fatalf("%d files checked, %d of %d refusals", checked, refusals, len(refused))
 	}
 }
 
-// Quantize with SplitMaxBytes writes the shards llama-gguf-split
-// --split-max-size 1M writes for llama-quantize's output.
-func TestQuantizeSplitMatchesGGUFSplit(t *testing.T) {
-	sums := readSums(t)
-	dir := t.TempDir()
-	src := filepath.Join(dir, "in.gguf")
-	if err := writeQuantModel(src, quantModels[0]); err != nil {
-		t.Fatal(err)
+// checkRefusal checks that Quantize refuses src for ft, as llama-quantize
+// did without an importance matrix, naming the tensor and target type r it
+// named, and writes nothing.
+func checkRefusal(t *testing.T, src, dst string, ft Ftype, r [2]string) {
+	t.Helper()
+	_, err := Quantize(context.Background(), src, dst, ft, QuantizeOptions{})
+	if err == nil || !strings.Contains(err.Error(), "needs an importance matrix") ||
+		!strings.Contains(err.Error(), "tensor "+r[0]+" type "+strings.ToUpper(r[1])+",") {
+		t.Errorf("%v: %v; llama-quantize refuses it for %s (%s)", ft, err, r[0], r[1])
 	}
-	dst := filepath.Join(dir, "grok-quant-e8-Q4_K_M-split.gguf")
-	res, err := Quantize(context.Background(), src, dst, FtypeQ4_K_M, QuantizeOptions{SplitMaxBytes: 1e6})
-	if err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(dst); err == nil {
+		t.Errorf("%v: refused, yet written", ft)
 	}
-	if len(res.Files) != 3 {
-		t.Fatalf("wrote %q, want 3 shards", res.Files)
+}
+
+// tinyRefused are the ftypes llama-quantize refuses for grok-tiny (the
+// grok-tiny lines of REFUSALS).
+var tinyRefused = []Ftype{FtypeQ2_K_S, FtypeIQ2_XXS, FtypeIQ2_XS, FtypeIQ2_S, FtypeIQ2_M, FtypeIQ1_S, FtypeIQ1_M}
+
+// grok-tiny's rows of 128 are not whole super-blocks: quantised to the IQ3
+// ftypes, its matrices take llama-quantize's fallbacks (IQ3_S, IQ3_XXS and
+// IQ2_S to IQ4_NL, Q4_K to Q5_0, …), and the files are llama-quantize's —
+// IQ3_XXS and IQ3_XS included, which llama-quantize writes here because no
+// tensor keeps a type that needs an importance matrix. Where one does (the
+// ffn_down of the other ftypes of REFUSALS), it is refused as llama-quantize
+// refuses it.
+func TestQuantizeIQ3FallbacksMatchLlamaCpp(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("quantises four files; -short and race runs rely on TestQuantizeKQuantsMatchLlamaCpp")
 	}
-	for i, p := range res.Files {
-		name := fmt.Sprintf("grok-quant-e8-Q4_K_M-split-%05d-of-00003.gguf", i+1)
-		if filepath.Base(p) != name {
-			t.Errorf("shard %d is %s, want %s", i, p, name)
-		}
-		b, err := os.ReadFile(p)
+	want := readSums(t)
+	refused := readRefusals(t)
+	src := filepath.Join(testdata, "grok-tiny/grok-tiny.gguf")
+	for _, ft := range []Ftype{FtypeIQ3_S, FtypeIQ3_M, FtypeIQ3_XXS, FtypeIQ3_XS} {
+		name := "grok-tiny-" + ft.String() + ".gguf"
+		dst := filepath.Join(t.TempDir(), name)
+		res, err := Quantize(context.Background(), src, dst, ft, QuantizeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := fmt.Sprintf("%x", sha256.Sum256(b)); got != sums[name] {
-			t.Errorf("%s: SHA-256 %s, llama-gguf-split's %s", name, got, sums[name])
+		fallbacks := 0
+		for _, w := range res.Warnings {
+			if strings.Contains(w, "falling back to IQ4_NL") {
+				fallbacks++
+			}
+		}
+		if fallbacks == 0 {
+			t.Errorf("%s: nothing fell back to IQ4_NL: %q", name, res.Warnings)
+		}
+		b, err := os.ReadFile(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(b)); got != want[name] {
+			t.Errorf("%s: SHA-256 %s, llama-quantize's %s", name, got, want[name])
 		}
 	}
-	if _, err := gguf.OpenModel(res.Files[0]); err != nil {
-		t.Errorf("the shards do not open as one model: %v", err)
+	for _, ft := range tinyRefused {
+		r, ok := refused["grok-tiny-"+ft.String()]
+		if !ok {
+			t.Fatalf("REFUSALS has no grok-tiny %v", ft)
+		}
+		checkRefusal(t, src, filepath.Join(t.TempDir(), "x.gguf"), ft, r)
 	}
-	// Shards named like the input are refused before anything is written.
-	in := filepath.Join(dir, "m-00001-of-00002.gguf")
-	if err := os.Rename(src, in); err != nil {
+}
+
+// readRefusals reads testdata/grok-quant/REFUSALS: per refused output, the
+// tensor llama-quantize named and its target type.
+func readRefusals(t *testing.T) map[string][2]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testdata, "grok-quant", "REFUSALS"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Quantize(context.Background(), in, filepath.Join(dir, "m.gguf"), FtypeQ4_0, QuantizeOptions{SplitMaxBytes: 1e6}); err == nil || !strings.Contains(err.Error(), "overwrite the input") {
-		t.Errorf("shards over the input: %v", err)
+	r := map[string][2]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			r[f[0]] = [2]string{f[1], f[2]}
+		}
 	}
+	return r
 }
 
 func readSums(t *testing.T) map[string]string {
@@ -261,7 +311,7 @@ func TestConvertMixtureMatchesQuantize(t *testing.T) {
 	fx := getFixtures(t)
 	for _, src := range []string{filepath.Join(testdata, "xai-ckpt-tiny"), fx.stBF16, fx.gguf} {
 		f32, _ := convertTo(t, src, Options{Type: F32})
-		for _, typ := range []Type{Q4_K_M, Q2_K, Q4_0, Q6_K} {
+		for _, typ := range []Type{Q4_K_M, Q2_K, Q4_0, Q6_K, IQ3_M} {
 			t.Run(filepath.Base(src)+"/"+typ.String(), func(t *testing.T) {
 				ft, _ := typ.ftype()
 				ref := filepath.Join(t.TempDir(), "ref.gguf")

@@ -206,6 +206,128 @@ func TestQuantTypeRules(t *testing.T) {
 	}
 }
 
+// The i-quant ftypes' rules (llama_tensor_get_type_impl without an
+// importance matrix), and tensor_requires_imatrix: the steps whose type is
+// an i-quant below IQ3_S (or Q2_K in a Q2_K_S file), token_embd and output
+// excepted, must be refused, naming the tensor and the type.
+func TestQuantTypeRulesIQ(t *testing.T) {
+	const (
+		Q8_0, F16                    = tensor.Q8_0, tensor.F16
+		Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K
+		IQ3_S, IQ3_XXS, IQ2_S        = tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_S
+		IQ2_XXS, IQ4_NL              = tensor.IQ2_XXS, tensor.IQ4_NL
+	)
+	grok1 := modelParams{nLayer: 64, nExpert: 8, nGQA: 6}
+	dense := modelParams{nLayer: 16, nGQA: 1}
+	gqa4 := modelParams{nLayer: 16, nGQA: 4}
+	all := []int{0, 1, 7, 8, 9, 10, 11, 54, 55, 56, 63}
+	head := func(out, embd tensor.DType) []ruleStep {
+		return []ruleStep{{"output.weight", 6144, out}, {"token_embd.weight", 6144, embd}}
+	}
+	// grok gives a grok-1 run: output, token_embd, then the layers, with
+	// attn_k and attn_v Q8_0 (eight experts) and attn_output Q5_K.
+	grok := func(out, embd tensor.DType, of func(kind string, l int) tensor.DType) []ruleStep {
+		return append(head(out, embd), grokLayers(6144, all, func(k string, l int) tensor.DType {
+			switch k {
+			case "attn_k", "attn_v":
+				return Q8_0
+			case "attn_output":
+				return Q5_K
+			}
+			return of(k, l)
+		})...)
+	}
+	for _, c := range []struct {
+		name  string
+		ft    Ftype
+		p     modelParams
+		steps []ruleStep
+	}{
+		{"grok IQ3_S", FtypeIQ3_S, grok1, grok(Q6_K, IQ3_S, func(string, int) tensor.DType { return IQ3_S })},
+		{"grok IQ3_M", FtypeIQ3_M, grok1, grok(Q6_K, IQ3_S, func(k string, l int) tensor.DType {
+			if k == "ffn_down_exps" && useMoreBits(l, 64) {
+				return Q4_K
+			}
+			return IQ3_S
+		})},
+		{"grok IQ3_XXS", FtypeIQ3_XXS, grok1, grok(Q5_K, IQ3_S, func(k string, l int) tensor.DType {
+			switch k {
+			case "attn_q":
+				return IQ2_S
+			case "ffn_down_exps":
+				if l < 8 {
+					return Q4_K
+				}
+				return Q3_K
+			}
+			return IQ3_XXS
+		})},
+		{"grok IQ3_XS", FtypeIQ3_XS, grok1, grok(Q6_K, IQ3_S, func(k string, l int) tensor.DType {
+			switch {
+			case k == "attn_q", (k == "ffn_gate_exps" || k == "ffn_up_exps") && l >= 8 && l < 56:
+				return IQ3_XXS
+			}
+			return IQ3_S
+		})},
+		{"dense IQ3_XXS", FtypeIQ3_XXS, dense, []ruleStep{
+			{"blk.0.attn_k.weight", 256, IQ2_S}, {"blk.0.attn_output.weight", 256, IQ3_S}, {"blk.0.attn_v.weight", 256, IQ3_S},
+			{"blk.0.ffn_down.weight", 256, Q4_K}, {"blk.1.ffn_down.weight", 256, Q4_K}, {"blk.2.ffn_down.weight", 256, Q3_K},
+			{"blk.2.attn_q.weight", 128, IQ4_NL}, // IQ2_S falls back, and IQ4_NL needs no importance matrix
+		}},
+		{"GQA 4 IQ3_XXS", FtypeIQ3_XXS, gqa4, []ruleStep{{"blk.0.attn_v.weight", 256, Q4_K}}},
+		{"GQA 4 IQ3_S", FtypeIQ3_S, gqa4, []ruleStep{{"blk.0.attn_v.weight", 256, Q4_K}}},
+		{"dense IQ3_S", FtypeIQ3_S, dense, []ruleStep{{"blk.0.attn_v.weight", 256, IQ3_S}, {"blk.0.attn_output.weight", 256, IQ3_S}}},
+		{"dense IQ3_M", FtypeIQ3_M, dense, []ruleStep{
+			{"blk.0.attn_v.weight", 256, Q4_K}, {"blk.0.attn_output.weight", 256, Q4_K},
+			{"blk.0.ffn_down.weight", 256, Q4_K}, {"blk.1.ffn_down.weight", 256, Q4_K}, {"blk.2.ffn_down.weight", 256, IQ3_S},
+			{"blk.4.ffn_down.weight", 256, IQ3_S}, // use_more_bits counts only with eight experts
+		}},
+		{"tied IQ3_XXS", FtypeIQ3_XXS, grok1, []ruleStep{{"token_embd.weight", 6144, Q5_K}}},
+		{"tied IQ3_M", FtypeIQ3_M, grok1, []ruleStep{{"token_embd.weight", 6144, Q6_K}}},
+		{"IQ3_S fallbacks", FtypeIQ3_S, grok1, []ruleStep{
+			{"blk.0.attn_q.weight", 128, IQ4_NL}, {"blk.0.attn_q.weight", 48, F16},
+		}},
+		{"dense IQ2_XXS", FtypeIQ2_XXS, dense, []ruleStep{
+			{"output.weight", 256, Q5_K}, {"token_embd.weight", 256, Q2_K},
+			{"blk.0.attn_v.weight", 256, Q2_K}, {"blk.0.attn_output.weight", 256, IQ2_XXS}, {"blk.0.attn_q.weight", 256, IQ2_XXS},
+			{"blk.0.ffn_down.weight", 256, Q2_K}, {"blk.1.ffn_down.weight", 256, Q2_K}, {"blk.2.ffn_down.weight", 256, IQ2_XXS},
+		}},
+		{"dense IQ2_M", FtypeIQ2_M, dense, []ruleStep{
+			{"output.weight", 256, Q5_K}, {"token_embd.weight", 256, IQ3_S}, {"blk.0.attn_v.weight", 256, IQ3_S},
+			{"blk.0.attn_output.weight", 256, IQ3_S}, {"blk.0.ffn_down.weight", 256, IQ3_S}, {"blk.0.ffn_up.weight", 256, IQ2_S},
+		}},
+		{"dense IQ1_S", FtypeIQ1_S, dense, []ruleStep{{"blk.0.attn_output.weight", 256, IQ2_XXS}}},
+		{"grok IQ2_S", FtypeIQ2_S, grok1, []ruleStep{
+			{"output.weight", 6144, Q5_K}, {"blk.0.attn_k.weight", 6144, Q4_K}, {"blk.0.attn_output.weight", 6144, Q5_K},
+			{"blk.0.attn_v.weight", 6144, Q4_K}, {"blk.0.ffn_gate_exps.weight", 6144, tensor.IQ2_XS},
+		}},
+		{"dense Q2_K_S", FtypeQ2_K_S, dense, []ruleStep{
+			{"output.weight", 256, Q6_K}, {"token_embd.weight", 256, Q2_K}, // exempt by name
+			{"blk.0.attn_v.weight", 256, Q2_K}, {"blk.0.ffn_down.weight", 256, Q4_K}, {"blk.1.ffn_down.weight", 256, Q4_K},
+			{"blk.2.ffn_down.weight", 256, Q2_K},
+		}},
+		{"GQA 4 Q2_K_S", FtypeQ2_K_S, gqa4, []ruleStep{{"blk.0.attn_v.weight", 256, Q4_K}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			names := make([]string, len(c.steps))
+			for i, s := range c.steps {
+				names[i] = s.name
+			}
+			tc := newTypeChooser(c.ft, c.p, names)
+			for _, s := range c.steps {
+				got, _, err := tc.choose(s.name, s.ne0)
+				exempt := s.name == "output.weight" || s.name == "token_embd.weight"
+				refuse := !exempt && (s.want == Q2_K && c.ft == FtypeQ2_K_S || s.want == IQ3_XXS || s.want == IQ2_S ||
+					s.want == IQ2_XXS || s.want == tensor.IQ2_XS || s.want == tensor.IQ1_S || s.want == tensor.IQ1_M)
+				msg := fmt.Sprintf("tensor %s type %v,", s.name, s.want)
+				if got != s.want || refuse != (err != nil) || (err != nil && !strings.Contains(err.Error(), "needs an importance matrix") || err != nil && !strings.Contains(err.Error(), msg)) {
+					t.Errorf("%s [%d]: %v, %v; want %v (refused: %v)", s.name, s.ne0, got, err, s.want, refuse)
+				}
+			}
+		})
+	}
+}
+
 // With experts, llama-quantize takes the ffn layer from the name and
 // refuses one it cannot find or that is out of range.
 func TestQuantTypeRuleErrors(t *testing.T) {
@@ -219,6 +341,11 @@ func TestQuantTypeRuleErrors(t *testing.T) {
 		if _, _, err := tc.choose(c.name, 256); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
+	}
+	// The 1- and 2-bit i-quants count ffn_down without reading names.
+	tc0 := newTypeChooser(FtypeIQ2_XXS, modelParams{nLayer: 16, nExpert: 8}, []string{"extra.ffn_down_exps.weight"})
+	if got, _, err := tc0.choose("extra.ffn_down_exps.weight", 256); err != nil || got != tensor.Q2_K {
+		t.Errorf("IQ2_XXS unnamed ffn_down: %v, %v", got, err)
 	}
 	// Without experts the running counter is the layer: no name needed.
 	tc := newTypeChooser(FtypeQ4_K_M, modelParams{nLayer: 16}, []string{"extra.ffn_down.weight"})

@@ -120,7 +120,8 @@ func TestQuantizeErrors(t *testing.T) {
 		typ      Ftype
 		want     string
 	}{
-		{src, filepath.Join(dir, "x.gguf"), Ftype(19), "not supported"},
+		{src, filepath.Join(dir, "x.gguf"), Ftype(33), "not supported"},
+		{src, filepath.Join(dir, "x.gguf"), FtypeIQ2_XXS, "IQ2_XXS needs an importance matrix"},
 		{src, filepath.Join(dir, "x.gguf"), Ftype(4), "not supported"},
 		{"quantize.go", filepath.Join(dir, "x.gguf"), FtypeQ8_0, "not a GGUF file"},
 		{"/nonexistent.gguf", filepath.Join(dir, "x.gguf"), FtypeQ8_0, "no such file"},
@@ -138,12 +139,14 @@ func TestQuantizeErrors(t *testing.T) {
 		"BF16": FtypeBF16, "32": FtypeBF16, "q4_k_m": FtypeQ4_K_M, "Q4_K": FtypeQ4_K_M, "15": FtypeQ4_K_M, "q3_k": FtypeQ3_K_M,
 		"Q5_K": FtypeQ5_K_M, "q2_k": FtypeQ2_K, "10": FtypeQ2_K, "Q4_0": FtypeQ4_0, "2": FtypeQ4_0, "q5_1": FtypeQ5_1, "9": FtypeQ5_1,
 		"q3_k_s": FtypeQ3_K_S, "q3_k_l": FtypeQ3_K_L, "q4_k_s": FtypeQ4_K_S, "q5_k_s": FtypeQ5_K_S, "q6_k": FtypeQ6_K, "18": FtypeQ6_K,
-		"f32": FtypeF32, "0": FtypeF32, "iq4_nl": FtypeIQ4_NL, "IQ4_XS": FtypeIQ4_XS, "30": FtypeIQ4_XS} {
+		"f32": FtypeF32, "0": FtypeF32, "iq4_nl": FtypeIQ4_NL, "IQ4_XS": FtypeIQ4_XS, "30": FtypeIQ4_XS,
+		"iq3_s": FtypeIQ3_S, "26": FtypeIQ3_S, "IQ3_M": FtypeIQ3_M, "iq3_xxs": FtypeIQ3_XXS, "iq3_xs": FtypeIQ3_XS, "22": FtypeIQ3_XS,
+		"iq2_xxs": FtypeIQ2_XXS, "19": FtypeIQ2_XXS, "Q2_K_S": FtypeQ2_K_S, "iq1_m": FtypeIQ1_M, "iq2_m": FtypeIQ2_M} {
 		if got, err := ParseQuantizeType(s); err != nil || got != want {
 			t.Errorf("ParseQuantizeType(%q) = %v, %v", s, got, err)
 		}
 	}
-	for _, s := range []string{"iq2_xxs", "q4_2", "4", "19", "q6_k_m", ""} {
+	for _, s := range []string{"tq1_0", "q4_2", "4", "33", "q6_k_m", "mxfp4_moe", ""} {
 		if _, err := ParseQuantizeType(s); err == nil {
 			t.Errorf("ParseQuantizeType(%q) accepted", s)
 		}

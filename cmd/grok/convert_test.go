@@ -43,7 +43,8 @@ func TestConvertCommandErrors(t *testing.T) {
 		{[]string{"convert", "-i", xaiTiny, "-o", out, "--type", "keep"}, 1, "cannot be kept in Q8_0"},
 		{[]string{"quantize"}, 2, "IN.gguf and OUT.gguf are required"},
 		{[]string{"quantize", tiny}, 2, "IN.gguf and OUT.gguf are required"},
-		{[]string{"quantize", tiny, out, "iq2_xxs"}, 2, "unknown quantisation type"},
+		{[]string{"quantize", tiny, out, "tq1_0"}, 2, "unknown quantisation type"},
+		{[]string{"quantize", tiny, out, "iq2_xxs"}, 1, "IQ2_XXS needs an importance matrix, which grok quantize does not take"},
 		{[]string{"quantize", tiny, out, "q8_0", "x"}, 2, `unexpected argument "x"`},
 		{[]string{"quantize", "main.go", out}, 1, "not a GGUF file"},
 		{[]string{"quantize", tiny, filepath.Join(dir, "missing", "out.gguf")}, 1, "output folder"},
@@ -144,6 +145,14 @@ func TestConvertCommandMixture(t *testing.T) {
 	}
 	if o, e, code := grok(t, "inspect", "-m", out); code != 0 || !strings.Contains(o, "Q5_0") {
 		t.Errorf("inspect: exit %d: %s %s", code, o, e)
+	}
+	// The IQ3 mixtures too (xai-ckpt-tiny's rows of 128 fall back to IQ4_NL).
+	_, e, code = grok(t, "convert", "-i", xaiTiny, "-o", out, "--type", "iq3_m", "--tokenizer", tiny)
+	if code != 0 || !strings.Contains(e, "general.file_type 27") {
+		t.Fatalf("iq3_m: exit %d: %s", code, e)
+	}
+	if o, e, code := grok(t, "inspect", "-m", out); code != 0 || !strings.Contains(o, "IQ4_NL") {
+		t.Errorf("inspect iq3_m: exit %d: %s %s", code, o, e)
 	}
 }
 
