@@ -358,6 +358,35 @@ func TestConvertMixtureMatchesQuantize(t *testing.T) {
 	}
 }
 
+// Values that ggml's IQ3 quantisers abort on (squares beyond float32, Inf,
+// NaN) fail the quantisation with the tensor named, and leave no file.
+func TestQuantizeIQ3Refuses(t *testing.T) {
+	dir := t.TempDir()
+	for _, v := range []float32{3e19, float32(math.Inf(-1)), float32(math.NaN())} {
+		w := gguf.NewWriter()
+		w.AddKV("general.architecture", "grok")
+		x := make([]float32, 2*256)
+		for i := range x {
+			x[i] = float32(i%9-4) * 0.01
+		}
+		x[300] = v
+		data, _ := tensor.EncodeRow(nil, tensor.F32, x)
+		w.AddTensor("blk.0.attn_q.weight", tensor.F32, []int{2, 256}, data)
+		src := filepath.Join(dir, "in.gguf")
+		if err := w.WriteFile(src); err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(dir, "out.gguf")
+		_, err := Quantize(context.Background(), src, dst, FtypeIQ3_S, QuantizeOptions{})
+		if err == nil || !strings.Contains(err.Error(), `tensor "blk.0.attn_q.weight"`) || !strings.Contains(err.Error(), "IQ3_S cannot quantise block 1: its values are too large or not finite") {
+			t.Errorf("%v: %v", v, err)
+		}
+		if _, err := os.Stat(dst); err == nil {
+			t.Errorf("%v: output written", v)
+		}
+	}
+}
+
 // Values whose scales overflow fp16 (or Inf and NaN) fail the
 // quantisation, as llama-quantize's ggml_validate_row_data makes it fail,
 // and leave no file.
