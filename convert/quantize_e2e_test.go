@@ -139,9 +139,9 @@ func TestWriteQuantModel(t *testing.T) {
 // file, so the per-tensor types, the quantised bytes, the metadata and the
 // layout all agree. The ftypes llama-quantize refuses without an importance
 // matrix must be refused naming the tensor and type it named
-// (testdata/grok-quant/REFUSALS). With -short, and under the race detector
-// (ten times slower, and these are single-threaded), only Q2_K, Q4_K_M and
-// IQ3_S are checked.
+// (testdata/grok-quant/REFUSALS), in every mode. Of the files, -short
+// checks only Q2_K, Q4_K_M and IQ3_S, the race detector (ten times slower,
+// and these are single-threaded) only Q2_K and Q4_K_M.
 func TestQuantizeKQuantsMatchLlamaCpp(t *testing.T) {
 	want := readSums(t)
 	refused := readRefusals(t)
@@ -153,15 +153,16 @@ func TestQuantizeKQuantsMatchLlamaCpp(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range ftypes {
-			if !c.dt.Quantized() || ((testing.Short() || raceEnabled) && c.ft != FtypeQ2_K && c.ft != FtypeQ4_K_M && c.ft != FtypeIQ3_S) {
-				continue
-			}
 			base := "grok-quant-" + m.name + "-" + c.name
 			name := base + ".gguf"
 			dst := filepath.Join(dir, name)
 			if r, ok := refused[base]; ok {
-				checkRefusal(t, src, dst, c.ft, r)
+				checkRefusal(t, src, dst, c.ft, r) // cheap: refused before any quantisation
 				refusals++
+				continue
+			}
+			if !c.dt.Quantized() || (testing.Short() && c.ft != FtypeQ2_K && c.ft != FtypeQ4_K_M && c.ft != FtypeIQ3_S) ||
+				(raceEnabled && c.ft != FtypeQ2_K && c.ft != FtypeQ4_K_M) {
 				continue
 			}
 			sum, ok := want[name]
@@ -188,7 +189,7 @@ func TestQuantizeKQuantsMatchLlamaCpp(t *testing.T) {
 		}
 		os.Remove(src)
 	}
-	if checked == 0 || (!testing.Short() && !raceEnabled && refusals != len(refused)-len(tinyRefused)) {
+	if checked == 0 || refusals != len(refused)-len(tinyRefused) {
 		t.Fatalf("%d files checked, %d of %d refusals", checked, refusals, len(refused))
 	}
 }
@@ -311,7 +312,11 @@ func TestConvertMixtureMatchesQuantize(t *testing.T) {
 	fx := getFixtures(t)
 	for _, src := range []string{filepath.Join(testdata, "xai-ckpt-tiny"), fx.stBF16, fx.gguf} {
 		f32, _ := convertTo(t, src, Options{Type: F32})
-		for _, typ := range []Type{Q4_K_M, Q2_K, Q4_0, Q6_K, IQ3_M} {
+		types := []Type{Q4_K_M, Q2_K, Q4_0, Q6_K, IQ3_M}
+		if raceEnabled {
+			types = types[:4] // IQ3's search is single-threaded and slow under the detector
+		}
+		for _, typ := range types {
 			t.Run(filepath.Base(src)+"/"+typ.String(), func(t *testing.T) {
 				ft, _ := typ.ftype()
 				ref := filepath.Join(t.TempDir(), "ref.gguf")
