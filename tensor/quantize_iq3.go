@@ -54,9 +54,10 @@ func iq3SCodebook() *iq3Codebook {
 	return iq3sBook
 }
 
-// newIQ3Codebook derives the quantiser's tables from a decoder codebook,
-// whose bytes level maps to lattice values, keeping for each off-grid point
-// the codebook points at its nwant smallest distances, as iq3xs_init_impl.
+// newIQ3Codebook derives the quantiser's tables from a decoder codebook
+// (level maps its bytes to lattice values), keeping for each lattice point
+// off the codebook the points at its nwant smallest distances, as
+// iq3xs_init_impl does.
 func newIQ3Codebook(dec []uint32, level func(byte) int, nwant int) *iq3Codebook {
 	c := &iq3Codebook{grid: make([][4]int8, len(dec))}
 	for i := range c.kmap {
@@ -164,24 +165,24 @@ func iq3Pack(L []int8) int {
 	return int(L[0]) | int(L[1])<<3 | int(L[2])<<6 | int(L[3])<<9
 }
 
-// iq3Group is the per-32 search of quantize_row_iq3_xxs_impl and
-// quantize_row_iq3_s_impl: trial scales (15+0.2·is)/max for is in
+// group is the per-32 search of quantize_row_iq3_xxs_impl and
+// quantize_row_iq3_s_impl: trial scales (15+0.2·is)/vmax for is in
 // [-ntry, ntry], each group of four rounded to the lattice and moved to a
 // codebook neighbour where off the codebook, the least-squares scale of the
 // best trial kept; then, if some group of the best trial was off the
 // codebook, the groups (all, or only those when onlyOff) are rounded again
 // at that scale and the scale refitted. It leaves the lattice values in L
 // and returns the scale; ok is false where ggml would abort.
-func (c *iq3Codebook) group(xval, weight, waux []float32, max float32, ntry int, onGridInit, onlyOff bool, L []int8) (scale float32, ok bool) {
+func (c *iq3Codebook) group(xval, weight, waux []float32, vmax float32, ntry int, onGridInit, onlyOff bool, L []int8) (scale float32, ok bool) {
 	var Laux [32]int8
 	var onGrid, onGridAux [8]bool
 	for k := range onGrid {
 		onGrid[k] = onGridInit
 	}
 	var best float32
-	scale = max / 15
+	scale = vmax / 15
 	for is := -ntry; is <= ntry; is++ {
-		id := (15 + float32(float32(is)*0.2)) / max
+		id := (15 + float32(float32(is)*0.2)) / vmax
 		thisScale := 1 / id
 		for k := 0; k < 8; k++ {
 			for i := 0; i < 4; i++ {
@@ -247,7 +248,7 @@ func (c *iq3Codebook) group(xval, weight, waux []float32, max float32, ntry int,
 	return scale, true
 }
 
-// iq3Indices returns the codebook indices of the eight groups of four in L;
+// indices returns the codebook indices of the eight groups of four in L;
 // ok is false if one is off the codebook (ggml aborts there).
 func (c *iq3Codebook) indices(L []int8) (gi [8]int, ok bool) {
 	for k := range gi {
@@ -286,7 +287,8 @@ func maxChain(x []float32) float32 {
 // quantIQ3_XXS is quantize_row_iq3_xxs_impl(256) without weights for one
 // super-block: 64 bytes of codebook indices, then per 32 values a word of
 // four 7-bit sign groups (an even number of flips each, the least weighted
-// value flipped back) under a 4-bit scale relative to d = max/31.
+// value flipped back) under a 4-bit scale relative to d, the largest group
+// scale over 31.
 func quantIQ3_XXS(x []float32, y []byte) bool {
 	book := iq3XXSCodebook()
 	var weight, waux, xval [32]float32
@@ -319,7 +321,7 @@ func quantIQ3_XXS(x []float32, y []byte) bool {
 			}
 			blockSigns[k] = s & 127
 		}
-		// The flipped-back value may be negative; ggml's maximum includes it.
+		// ggml takes the maximum after the flip back (whose value is negative).
 		m := maxChain(xval[:])
 		if m < 1e-8 { // GROUP_MAX_EPS_IQ3_XXS
 			scales[ib] = 0
@@ -365,7 +367,8 @@ func quantIQ3_XXS(x []float32, y []byte) bool {
 
 // quantIQ3_S is quantize_row_iq3_s_impl(32) without weights for one
 // super-block: d, 64 bytes of low index bits, 8 bytes of index tops, 32
-// bytes of signs, and 4-bit scales (2s+1)·d relative to d = max/31. Like
+// bytes of signs, and 4-bit scales (2s+1)·d, d the largest group scale
+// over 31. Like
 // ggml, it advances through the index and sign bytes only for groups that
 // are not all zero, so the groups after an all-zero one land a group early.
 func quantIQ3_S(x []float32, y []byte) bool {
