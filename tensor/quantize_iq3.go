@@ -368,9 +368,9 @@ func quantIQ3_XXS(x []float32, y []byte) bool {
 // quantIQ3_S is quantize_row_iq3_s_impl(32) without weights for one
 // super-block: d, 64 bytes of low index bits, 8 bytes of index tops, 32
 // bytes of signs, and 4-bit scales (2s+1)·d, d the largest group scale
-// over 31. Like
-// ggml, it advances through the index and sign bytes only for groups that
-// are not all zero, so the groups after an all-zero one land a group early.
+// over 31. Like ggml, it advances through the index and sign bytes only for
+// groups that are not all zero, so the groups after an all-zero one land a
+// group early.
 func quantIQ3_S(x []float32, y []byte) bool {
 	book := iq3SCodebook()
 	var weight, waux, xval [32]float32
