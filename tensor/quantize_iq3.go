@@ -13,8 +13,9 @@ import (
 // 512 for IQ3_S); a search over trial scales rounds the group to the
 // nearest lattice point and, where that point is not in the codebook, takes
 // the best of its precomputed codebook neighbours. ggml aborts where that
-// search finds no neighbour (weights or values not finite), so these
-// quantisers report failure instead of writing a block.
+// search finds no neighbour with a finite error (values not finite, or so
+// large that the weighted squared errors overflow), so these quantisers
+// report failure instead of writing a block.
 
 // iq3Codebook is ggml's iq3_data entry for one grid size (iq3xs_init_impl).
 type iq3Codebook struct {

@@ -49,9 +49,10 @@ func CanQuantize(t DType) bool {
 // (quantize_row_*_ref; quantize_iq4_nl, quantize_iq4_xs, quantize_iq3_xxs
 // and quantize_iq3_s for the i-quants it handles). It does not allocate,
 // except to build the IQ3 codebooks' neighbour tables once. For IQ3_XXS
-// and IQ3_S it fails on the values where ggml's quantiser aborts: where
-// squares overflow float32 (magnitudes above about 1.8e19) or values are
-// not finite.
+// and IQ3_S it fails on the values where ggml's quantiser aborts: values
+// that are not finite, and huge ones, whose weighted squared errors (of
+// order x⁴) overflow float32 for every candidate of the codebook search
+// (seen from magnitudes of about 1e13).
 func QuantizeRow(t DType, src []float32, dst []byte) error {
 	if !CanQuantize(t) {
 		return fmt.Errorf("tensor: cannot quantise to %v", t)
