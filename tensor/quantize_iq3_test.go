@@ -172,3 +172,18 @@ func FuzzQuantizeIQ3(f *testing.F) {
 		}
 	})
 }
+
+// Once the codebooks are built, QuantizeRow does not allocate for IQ3.
+func TestIQ3QuantizeDoesNotAllocate(t *testing.T) {
+	x := goldenQuantInput()[20*goldenQuantRowLen : 21*goldenQuantRowLen]
+	for _, typ := range []DType{IQ3_XXS, IQ3_S} {
+		rb, _ := typ.RowBytes(len(x))
+		q := make([]byte, rb)
+		if err := QuantizeRow(typ, x, q); err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(5, func() { QuantizeRow(typ, x, q) }); n != 0 {
+			t.Errorf("%v: %v allocations per row", typ, n)
+		}
+	}
+}
