@@ -142,6 +142,9 @@ func TestBenchMakeModel(t *testing.T) {
 	if rb.Batch != 3 || rb.DecodeTokS <= 0 || rb.PrefillTokS <= 0 || rb.RooflineRatio != 0 || rb.PairedRatio != 0 {
 		t.Errorf("bench -b 3: batch %d, prefill %g, decode %g tok/s, roofline %g (paired %g)", rb.Batch, rb.PrefillTokS, rb.DecodeTokS, rb.RooflineRatio, rb.PairedRatio)
 	}
+	if want := rb.PrefillTokS / rb.SingleTokS; rb.SingleTokS <= 0 || rb.ComputeCeiling != want {
+		t.Errorf("bench -b 3: compute ceiling %g, want prefill %g / one stream %g", rb.ComputeCeiling, rb.PrefillTokS, rb.SingleTokS)
+	}
 	if r.Batch != 1 {
 		t.Errorf("bench without -b reports batch %d", r.Batch)
 	}
