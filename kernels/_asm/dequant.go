@@ -285,12 +285,20 @@ func (g *dq) levelsMod(base, m int, scale, off Op) VecVirtual {
 		// dq.c); 1.15x. Q2_K's (m = 4, a table per 64 weights) was
 		// slower so.
 		VBROADCASTF32X8(lv, t)
+		if off != nil {
+			VFMSUB213PS(off, scale, t)
+			return t
+		}
 		VMULPS(t, scale, t)
+	case off != nil:
+		// scale·level is exact in float32 for every kind with a min (an
+		// fp16 times integers of at most 13 bits together), so the fused
+		// multiply-subtract rounds once where the multiply and the
+		// subtract did: the same bits, one instruction less.
+		VMOVAPS(scale, t)
+		VFMSUB132PS(lv, off, t)
 	default:
 		VMULPS(lv, scale, t)
-	}
-	if off != nil {
-		VSUBPS(off, t, t)
 	}
 	return t
 }
