@@ -540,6 +540,10 @@ func (g *dq) q6K() {
 		VMULPS(d, v, v)
 		VMOVUPS(v, g.loc(4*i))
 	}
+	if a.zmm {
+		g.q6Kzmm()
+		return
+	}
 	for n := 0; n < 2; n++ {
 		// The quants of a half are put together a byte each, 32 at a time
 		// (word shifts, byte masks: what a shift moves across a byte is
@@ -564,6 +568,44 @@ func (g *dq) q6K() {
 			for l0 := 0; l0 < 32; l0 += a.V {
 				is := 8*n + l0/16
 				g.emit(g.sx8(q, l0), g.bcast(g.loc(4*(is+2*i))), nil, false, 128*n+32*i+l0)
+			}
+		}
+	}
+}
+
+// q6Kzmm is q6K's quants on zmm, 64 at a time: bytes 64n.. of ql hold
+// quarters 0 and 1 of half n in their low nibbles, 2 and 3 in their high
+// ones, and each quarter's bit pairs of qh go to bits 4-5 by a shift per
+// 32-byte half of the vector; then one select, a mask and a subtract.
+func (g *dq) q6Kzmm() {
+	a := g.a
+	c32 := a.vec()
+	VPBROADCASTD(g.c(0x20202020), c32)
+	for n := 0; n < 2; n++ {
+		h := g.loadY(g.at(128 + 32*n))
+		lo := a.vec()
+		VMOVDQU32(g.at(64*n), lo)
+		hi := a.vec()
+		VPSRLW(U8(4), lo, hi)
+		h4, h2, hr := g.ywords(VPSLLW, 4, h), g.ywords(VPSLLW, 2, h), g.ywords(VPSRLW, 2, h)
+		hs := [2]VecVirtual{a.vec(), a.vec()}
+		VINSERTI64X4(U8(1), h2, h4.AsZ(), hs[0]) // quarters 0, 1: qh << 4, << 2
+		VINSERTI64X4(U8(1), hr, h.AsZ(), hs[1])  // quarters 2, 3: qh, qh >> 2
+		for p, q := range [2]VecVirtual{lo, hi} {
+			v := hs[p]
+			VPTERNLOGD_BCST(U8(0xd8), g.c(0x0f0f0f0f), q, v) // bits 0-3 of q, the rest of v
+			VPANDD_BCST(g.c(0x3f3f3f3f), v, v)
+			VPSUBB(c32, v, v)
+			for l := 0; l < 4; l++ {
+				src := v.AsX()
+				if l > 0 {
+					src = XMM()
+					VEXTRACTI32X4(U8(l), v, src)
+				}
+				w := a.vec()
+				VPMOVSXBD(src, w)
+				e := 128*n + 64*p + 16*l
+				g.emit(w, g.bcast(g.loc(4*(e/16))), nil, false, e)
 			}
 		}
 	}
