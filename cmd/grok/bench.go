@@ -45,10 +45,11 @@ type benchResult struct {
 	RSSMB    float64 `json:"rss_mb"`           // resident after load
 	RSSRunMB float64 `json:"rss_after_run_mb"` // resident after the runs: the weights paged in
 
-	Threads int `json:"threads"`
-	Prompt  int `json:"prompt_tokens"`
-	Gen     int `json:"gen_tokens"`
-	Reps    int `json:"reps"`
+	Threads int    `json:"threads"`
+	Kernels string `json:"kernels"` // the SIMD level that ran (--kernels)
+	Prompt  int    `json:"prompt_tokens"`
+	Gen     int    `json:"gen_tokens"`
+	Reps    int    `json:"reps"`
 	// Batch is the number of sequences prefilled and decoded together
 	// (-b); the tok/s figures are then aggregates over all of them, and
 	// the roofline ratio, whose bytes per token assume one sequence, is
@@ -150,6 +151,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	typ := fs.String("type", "f16", "with --make-model: weight type")
 	config := fs.String("config", "medium", "with --make-model: the model's configuration")
 	layers := fs.Int("layers", 0, "with --make-model: decoder layers (0 = the configuration's)")
+	variant := fs.String("kernels", "", "kernel level to run: "+strings.Join(kernels.Variants(), ", ")+" (default: the best this CPU runs)")
 	prec := fs.String("precision", "exact", "prefill arithmetic: exact, fast (int16 activations, integer products for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K–Q6_K and [out, in] int8 weights) or both (each round times an exact and a fast prefill); decode is exact")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -170,10 +172,17 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return usagef("-p, -n, -r, -b and --bw-mb must be positive and -t not negative")
 	}
 
+	if *variant != "" {
+		prev := kernels.Variant()
+		if err := kernels.SetVariant(*variant); err != nil {
+			return usagef("--kernels: %v", err)
+		}
+		defer kernels.SetVariant(prev) // the command runs in tests' processes too
+	}
 	setThreads(*threads)
 	pool := parallel.Default()
 	res := benchResult{Threads: pool.Threads(), Prompt: *p, Gen: *n, Reps: *reps, Batch: *batch, BandwidthMB: *bwMB,
-		GoVersion: runtime.Version(), CPU: cpuName()}
+		GoVersion: runtime.Version(), CPU: cpuName(), Kernels: kernels.Variant()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			switch s.Key {
@@ -491,7 +500,7 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 	fmt.Fprintf(w, "model     %s: %s, %.1f M parameters, %.1f MB mapped; loaded in %.2f s\n",
 		r.Model, r.Type, float64(r.Params)/1e6, r.MappedMB, r.LoadS)
 	fmt.Fprintf(w, "memory    RSS %.1f MB after load, %.1f MB after the runs (mapped weights paged in)\n", r.RSSMB, r.RSSRunMB)
-	fmt.Fprintf(w, "threads   %d (GOMAXPROCS %d, %s)\n", r.Threads, runtime.GOMAXPROCS(0), r.GoVersion)
+	fmt.Fprintf(w, "threads   %d (GOMAXPROCS %d, %s), %s kernels\n", r.Threads, runtime.GOMAXPROCS(0), r.GoVersion, r.Kernels)
 	switch {
 	case r.TP > 1 && r.Ranks:
 		fmt.Fprintf(w, "shards    %d on the model axis, one per MPI rank, %d threads each\n", r.TP, r.Threads)

@@ -10,6 +10,7 @@ import (
 	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/kernels"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
@@ -59,6 +60,17 @@ func TestBenchEmbedded(t *testing.T) {
 	}
 	if r.Type != "F16" {
 		t.Errorf("type %q, want F16", r.Type)
+	}
+	if r.Kernels != kernels.Variant() {
+		t.Errorf("kernels %q, want the active %q", r.Kernels, kernels.Variant())
+	}
+	// --kernels runs the named level, and only for that command.
+	before := kernels.Variant()
+	if g := benchJSON(t, "-p", "2", "-n", "2", "--kernels", "Go"); g.Kernels != "Go" || g.DecodeTokS <= 0 {
+		t.Errorf("--kernels Go: ran %q at %g tok/s", g.Kernels, g.DecodeTokS)
+	}
+	if kernels.Variant() != before {
+		t.Errorf("after --kernels Go the active level is %q, was %q", kernels.Variant(), before)
 	}
 
 	// The text form names every figure.
@@ -158,6 +170,7 @@ func TestBenchErrors(t *testing.T) {
 	}{
 		{[]string{"bench", "-p", "0"}, 2, "must be positive"},
 		{[]string{"bench", "-b", "0"}, 2, "must be positive"},
+		{[]string{"bench", "--kernels", "AVX9"}, 2, `no variant "AVX9"`},
 		{[]string{"bench", "-p", "100000"}, 2, "exceeds the model's context"},
 		{[]string{"bench", "extra"}, 2, "unexpected argument"},
 		{[]string{"bench", "--precision", "int4"}, 2, "--precision"},
