@@ -269,7 +269,8 @@ func BenchmarkGEMVDecode(b *testing.B) {
 
 // BenchmarkDecodeL2 is a one-token product of 64 rows of 2048 elements
 // that stay in L2, one thread, in weight bytes per second: the kernels'
-// compute bound, fused and two-pass, without the memory stream:
+// compute bound, fused and two-pass, without the memory stream, at every
+// level:
 //
 //	go test -run XXX -bench DecodeL2 ./kernels/
 func BenchmarkDecodeL2(b *testing.B) {
@@ -281,18 +282,20 @@ func BenchmarkDecodeL2(b *testing.B) {
 		dst := make([]float32, out)
 		for _, fused := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%v/fused=%v", c.dt, fused), func(b *testing.B) {
-				defer func(v bool) { noFused = v }(noFused)
-				noFused = !fused
-				b.SetBytes(int64(len(m.Data)))
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				c0 := threadCPU()
-				for b.Loop() {
-					MatMul(dst, x, 1, &m)
-				}
-				// The thread's CPU time too: a shared machine's wall time
-				// says little about a loop in L2.
-				b.ReportMetric(float64(len(m.Data))*float64(b.N)/(threadCPU()-c0).Seconds()/1e9, "GB/s-cpu")
+				benchLevels(b, func(b *testing.B) {
+					defer func(v bool) { noFused = v }(noFused)
+					noFused = !fused
+					b.SetBytes(int64(len(m.Data)))
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					c0 := threadCPU()
+					for b.Loop() {
+						MatMul(dst, x, 1, &m)
+					}
+					// The thread's CPU time too: a shared machine's wall
+					// time says little about a loop in L2.
+					b.ReportMetric(float64(len(m.Data))*float64(b.N)/(threadCPU()-c0).Seconds()/1e9, "GB/s-cpu")
+				})
 			})
 		}
 	}
