@@ -24,6 +24,7 @@ import (
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
+	"github.com/grok-go/grok/tensor"
 )
 
 func init() {
@@ -46,7 +47,8 @@ type benchResult struct {
 	RSSRunMB float64 `json:"rss_after_run_mb"` // resident after the runs: the weights paged in
 
 	Threads int    `json:"threads"`
-	Kernels string `json:"kernels"` // the SIMD level that ran (--kernels)
+	Kernels string `json:"kernels"`  // the SIMD level that ran (--kernels)
+	KV      string `json:"kv_types"` // the KV memory's key/value element types (-ctk/-ctv)
 	Prompt  int    `json:"prompt_tokens"`
 	Gen     int    `json:"gen_tokens"`
 	Reps    int    `json:"reps"`
@@ -151,6 +153,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	typ := fs.String("type", "f16", "with --make-model: weight type")
 	config := fs.String("config", "medium", "with --make-model: the model's configuration")
 	layers := fs.Int("layers", 0, "with --make-model: decoder layers (0 = the configuration's)")
+	kv := addKVFlags(fs)
 	variant := fs.String("kernels", "", "kernel level to run: "+strings.Join(kernels.Variants(), ", ")+" (default: the best this CPU runs)")
 	prec := fs.String("precision", "exact", "prefill arithmetic: exact, fast (int16 activations, integer products for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K–Q6_K and [out, in] int8 weights) or both (each round times an exact and a fast prefill); decode is exact")
 	pos, err := parseInterspersed(fs, args)
@@ -167,6 +170,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	both := *prec == "both"
 	if !ok && !both {
 		return usagef("--precision: want exact, fast or both, not %q", *prec)
+	}
+	if kv.memory.text != "" {
+		return usagef("--kv-memory: bench sizes the KV memory to -b sequences of -p + -n tokens")
 	}
 	if *p < 1 || *n < 1 || *reps < 1 || *bwMB < 1 || *threads < 0 || *batch < 1 {
 		return usagef("-p, -n, -r, -b and --bw-mb must be positive and -t not negative")
@@ -221,7 +227,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if *p+*n > c.SequenceLen {
 		return usagef("-p + -n = %d exceeds the model's context of %d", *p+*n, c.SequenceLen)
 	}
-	if err := benchRuns(&res, m, benchOpts{p: *p, n: *n, reps: *reps, batch: *batch, bwMB: *bwMB, both: both,
+	res.KV = kv.ktype.String() + "/" + kv.vtype.String()
+	if err := benchRuns(&res, m, benchOpts{p: *p, n: *n, reps: *reps, batch: *batch, bwMB: *bwMB, both: both, kt: kv.ktype.t, vt: kv.vtype.t,
 		seed: *seed, cpuProfile: *cpuProfile, mapped: probeWeights(m, *mf.path)}, pool); err != nil {
 		return err
 	}
@@ -247,8 +254,9 @@ type benchOpts struct {
 	p, n, reps, batch, bwMB int
 	seed                    uint64
 	cpuProfile              string
-	mapped                  bool // probeWeights: time a read of the whole mapped file
-	both                    bool // each round also times a fast prefill after the exact one
+	kt, vt                  tensor.DType // the KV memory's element types (-ctk, -ctv)
+	mapped                  bool         // probeWeights: time a read of the whole mapped file
+	both                    bool         // each round also times a fast prefill after the exact one
 }
 
 // benchRuns times o.reps prefills of o.p tokens and o.n decode steps each,
@@ -258,7 +266,7 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	lm := m.LanguageModel
 	c := &lm.Config
 	B := o.batch
-	mem, err := lm.NewKVMemory(B, o.p+o.n)
+	mem, err := lm.NewPagedKVMemory(model.KVOptions{Slots: B, SeqLen: o.p + o.n, KType: o.kt, VType: o.vt})
 	if err != nil {
 		return err
 	}
@@ -500,7 +508,7 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 	fmt.Fprintf(w, "model     %s: %s, %.1f M parameters, %.1f MB mapped; loaded in %.2f s\n",
 		r.Model, r.Type, float64(r.Params)/1e6, r.MappedMB, r.LoadS)
 	fmt.Fprintf(w, "memory    RSS %.1f MB after load, %.1f MB after the runs (mapped weights paged in)\n", r.RSSMB, r.RSSRunMB)
-	fmt.Fprintf(w, "threads   %d (GOMAXPROCS %d, %s), %s kernels\n", r.Threads, runtime.GOMAXPROCS(0), r.GoVersion, r.Kernels)
+	fmt.Fprintf(w, "threads   %d (GOMAXPROCS %d, %s), %s kernels, KV memory %s\n", r.Threads, runtime.GOMAXPROCS(0), r.GoVersion, r.Kernels, r.KV)
 	switch {
 	case r.TP > 1 && r.Ranks:
 		fmt.Fprintf(w, "shards    %d on the model axis, one per MPI rank, %d threads each\n", r.TP, r.Threads)

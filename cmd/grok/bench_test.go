@@ -64,6 +64,12 @@ func TestBenchEmbedded(t *testing.T) {
 	if r.Kernels != kernels.Variant() {
 		t.Errorf("kernels %q, want the active %q", r.Kernels, kernels.Variant())
 	}
+	if r.KV != "f16/f16" {
+		t.Errorf("KV memory %q, want run's default f16/f16", r.KV)
+	}
+	if g := benchJSON(t, "-p", "2", "-n", "2", "-ctk", "bf16", "--cache-type-v", "q8_0"); g.KV != "bf16/q8_0" || g.DecodeTokS <= 0 {
+		t.Errorf("-ctk bf16 -ctv q8_0: KV memory %q at %g tok/s", g.KV, g.DecodeTokS)
+	}
 	// --kernels runs the named level, and only for that command.
 	before := kernels.Variant()
 	if g := benchJSON(t, "-p", "2", "-n", "2", "--kernels", "Go"); g.Kernels != "Go" || g.DecodeTokS <= 0 {
@@ -171,6 +177,7 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "-p", "0"}, 2, "must be positive"},
 		{[]string{"bench", "-b", "0"}, 2, "must be positive"},
 		{[]string{"bench", "--kernels", "AVX9"}, 2, `no variant "AVX9"`},
+		{[]string{"bench", "--kv-memory", "1000"}, 2, "bench sizes the KV memory"},
 		{[]string{"bench", "-p", "100000"}, 2, "exceeds the model's context"},
 		{[]string{"bench", "extra"}, 2, "unexpected argument"},
 		{[]string{"bench", "--precision", "int4"}, 2, "--precision"},
