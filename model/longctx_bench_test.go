@@ -14,11 +14,9 @@ import (
 	"github.com/grok-go/grok/tensor"
 )
 
-// BenchmarkLongContextDecode times one decode step of a model with Grok-1's
-// attention shape (48 q : 8 kv heads × 128) and small other parts, after
-// prompts of several lengths: the step's growth with the context is its
-// attention.
-func BenchmarkLongContextDecode(b *testing.B) {
+// longContextModel has Grok-1's attention shape (48 q : 8 kv heads × 128)
+// and small other parts, on a pool of GOMAXPROCS threads.
+func longContextModel(b *testing.B) *model.LanguageModel {
 	c := testmodel.SmallConfig()
 	c.VocabSize, c.EmbSize, c.KeySize, c.NumQHeads, c.NumKVHeads, c.NumLayers = 256, 512, 128, 48, 8, 1
 	c.FFNSize, c.NumExperts, c.NumSelectedExperts = 256, 8, 2
@@ -30,6 +28,16 @@ func BenchmarkLongContextDecode(b *testing.B) {
 	p := parallel.New(runtime.GOMAXPROCS(0))
 	b.Cleanup(p.Close)
 	lm.Pool = p
+	return lm
+}
+
+// BenchmarkLongContextDecode times one decode step of a model with Grok-1's
+// attention shape (48 q : 8 kv heads × 128) and small other parts, after
+// prompts of several lengths: the step's growth with the context is its
+// attention.
+func BenchmarkLongContextDecode(b *testing.B) {
+	lm := longContextModel(b)
+	c := lm.Config
 	for _, kt := range []tensor.DType{tensor.F32, tensor.F16} {
 		for _, ctx := range []int{128, 4096, 8176} {
 			b.Run(kt.String()+"/"+strconv.Itoa(ctx), func(b *testing.B) {
@@ -73,17 +81,8 @@ func cpuTime() time.Duration {
 // runner's chunks of 512, on BenchmarkLongContextDecode's model: past the
 // first chunk the growth is attention's.
 func BenchmarkLongContextPrefill(b *testing.B) {
-	c := testmodel.SmallConfig()
-	c.VocabSize, c.EmbSize, c.KeySize, c.NumQHeads, c.NumKVHeads, c.NumLayers = 256, 512, 128, 48, 8, 1
-	c.FFNSize, c.NumExperts, c.NumSelectedExperts = 256, 8, 2
-	c.SequenceLen = 8192
-	lm, err := model.New(c, testmodel.Random(c, 1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := parallel.New(runtime.GOMAXPROCS(0))
-	b.Cleanup(p.Close)
-	lm.Pool = p
+	lm := longContextModel(b)
+	c := lm.Config
 	for _, kt := range []tensor.DType{tensor.F32, tensor.F16} {
 		for _, n := range []int{512, 4096} {
 			b.Run(kt.String()+"/"+strconv.Itoa(n), func(b *testing.B) {

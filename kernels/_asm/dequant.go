@@ -142,23 +142,15 @@ func genDequant(a arch, k dqkind) string {
 		tbl = XMM()
 		a.movdqu(g.levels(), tbl)
 	}
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	// The weights stream from memory a tile's span at a time, too short a
-	// run for the hardware prefetcher to ramp up on: ask for what the next
-	// few blocks need (past the end it does not fault).
-	for off := 0; off < dqBlock[k].bytes; off += 64 {
-		PREFETCHT0(g.at(1024 + off))
-	}
-	g.block(k, tbl)
-	ADDQ(U32(dqBlock[k].bytes), g.src)
-	ADDQ(U32(4*dqBlock[k].elems), g.dst)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	eachStep(n, []Register{g.src, g.dst}, []int{dqBlock[k].bytes, 4 * dqBlock[k].elems}, func() {
+		// The weights stream from memory a tile's span at a time, too
+		// short a run for the hardware prefetcher to ramp up on: ask for
+		// what the next few blocks need (past the end it does not fault).
+		for off := 0; off < dqBlock[k].bytes; off += 64 {
+			PREFETCHT0(g.at(1024 + off))
+		}
+		g.block(k, tbl)
+	})
 	return name
 }
 

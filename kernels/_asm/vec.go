@@ -42,12 +42,21 @@ func genVec(a arch) string {
 // eachVector emits a loop that runs body n times (n may be 0), advancing
 // every pointer by one vector after each, then returns from the function.
 func (a arch) eachVector(n Register, ptrs []Register, body func()) {
+	steps := make([]int, len(ptrs))
+	for i := range steps {
+		steps[i] = 4 * a.V
+	}
+	eachStep(n, ptrs, steps, body)
+}
+
+// eachStep is eachVector advancing pointer i by steps[i] bytes.
+func eachStep(n Register, ptrs []Register, steps []int, body func()) {
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
 	Label("loop")
 	body()
-	for _, p := range ptrs {
-		ADDQ(U32(4*a.V), p)
+	for i, p := range ptrs {
+		ADDQ(U32(steps[i]), p)
 	}
 	DECQ(n)
 	JNZ(LabelRef("loop"))
@@ -354,24 +363,16 @@ func genWidenHalf(a arch, bf bool) string {
 	dst := Load(Param("dst"), GP64())
 	src := Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	v := a.vec()
-	if bf {
-		VPMOVZXWD(Mem{Base: src}, v)
-		VPSLLD(U8(16), v, v)
-	} else {
-		VCVTPH2PS(Mem{Base: src}, v)
-	}
-	VMOVUPS(v, Mem{Base: dst})
-	ADDQ(U32(2*a.V), src)
-	ADDQ(U32(4*a.V), dst)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	eachStep(n, []Register{src, dst}, []int{2 * a.V, 4 * a.V}, func() {
+		v := a.vec()
+		if bf {
+			VPMOVZXWD(Mem{Base: src}, v)
+			VPSLLD(U8(16), v, v)
+		} else {
+			VCVTPH2PS(Mem{Base: src}, v)
+		}
+		VMOVUPS(v, Mem{Base: dst})
+	})
 	return name
 }
 
@@ -385,23 +386,15 @@ func genWidenQ8(a arch) string {
 	dst := Load(Param("dst"), GP64())
 	src := Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	d := a.q8Scale(Mem{Base: src})
-	for i := 0; i < 32/a.V; i++ {
-		v := a.vec()
-		VPMOVSXBD(Mem{Base: src, Disp: 2 + i*a.V}, v)
-		VCVTDQ2PS(v, v)
-		VMULPS(d, v, v)
-		VMOVUPS(v, Mem{Base: dst, Disp: 4 * a.V * i})
-	}
-	ADDQ(U32(34), src)
-	ADDQ(U32(128), dst)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	eachStep(n, []Register{src, dst}, []int{34, 128}, func() {
+		d := a.q8Scale(Mem{Base: src})
+		for i := 0; i < 32/a.V; i++ {
+			v := a.vec()
+			VPMOVSXBD(Mem{Base: src, Disp: 2 + i*a.V}, v)
+			VCVTDQ2PS(v, v)
+			VMULPS(d, v, v)
+			VMOVUPS(v, Mem{Base: dst, Disp: 4 * a.V * i})
+		}
+	})
 	return name
 }
