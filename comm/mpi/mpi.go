@@ -70,6 +70,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -152,10 +153,23 @@ func Launched() bool {
 	return false
 }
 
+// launchedSize returns the number of ranks the launcher says it started
+// (Open MPI's variable, or the PMI one MPICH's Hydra and Slurm set).
+func launchedSize() (int, bool) {
+	for _, k := range []string{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"} {
+		if n, err := strconv.Atoi(os.Getenv(k)); err == nil && n > 0 {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
 // Init initialises MPI (once per process) and returns the world endpoint.
 // It asks for MPI_THREAD_SERIALIZED (see the package doc) and makes MPI
 // errors return codes instead of ending the job, so that each becomes a Go
-// error naming the call.
+// error naming the call. A world of another size than the launcher started (a
+// binary built against another MPI library than the launcher's, whose
+// ranks each start alone) is an error.
 func Init() (*Comm, error) {
 	initOnce.Do(func() {
 		var got C.int
@@ -179,6 +193,11 @@ func Init() (*Comm, error) {
 		}
 		if rc := C.grok_size(&n); rc != 0 {
 			initErr = mpiError("MPI_Comm_size", rc)
+			return
+		}
+		if want, ok := launchedSize(); ok && want != int(n) {
+			// Each rank would run alone, as a whole job of its own.
+			initErr = fmt.Errorf("mpi: the launcher started %d ranks, but MPI_COMM_WORLD has %d: this binary links another MPI library than the launcher's (Open MPI's mpirun and MPICH's mpiexec do not mix)", want, int(n))
 			return
 		}
 		world = &Comm{rank: int(r), size: int(n), Timeout: DefaultTimeout, Spin: DefaultSpin, nap: syscall.Timespec{Nsec: 50_000}}

@@ -6,12 +6,13 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/grok-go/grok/internal/mpitest"
 )
 
 // The tests run in two roles. Started by `go test` (not under a launcher),
@@ -38,27 +39,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// mpirunFlags are the flags the tests start mpirun with: CI runs as root
-// in a container, with more ranks than cores, where Open MPI's shared
-// memory cannot use cross-memory attach (process_vm_readv needs ptrace
-// rights containers often lack), so it copies through its buffers.
-func mpirunFlags() []string {
-	return []string{"--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"}
-}
-
-// mpirun runs this binary under mpirun with np ranks, the test filter run,
-// and env added; it returns the combined output and the exit error.
+// mpirun runs this binary under the launcher (GROK_MPIRUN, see
+// internal/mpitest) with np ranks, the test filter run, and env added; it
+// returns the combined output and the exit error.
 func mpirun(t *testing.T, np int, run string, env ...string) (string, error) {
 	t.Helper()
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun is not installed (apt-get install openmpi-bin)")
-	}
-	args := append(mpirunFlags(), "-np", fmt.Sprint(np))
-	for _, e := range env {
-		args = append(args, "-x", e)
-	}
-	args = append(args, os.Args[0], "-test.run", run, "-test.v")
-	cmd := exec.Command("mpirun", args...)
+	return launch(t, mpitest.Launch(t), np, run, env...)
+}
+
+func launch(t *testing.T, l *mpitest.Launcher, np int, run string, env ...string) (string, error) {
+	t.Helper()
+	cmd := l.Command(env, mpitest.App{NP: np, Argv: []string{os.Args[0], "-test.run", run, "-test.v"}})
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -72,7 +63,7 @@ func mpirun(t *testing.T, np int, run string, env ...string) (string, error) {
 	case <-time.After(2 * time.Minute): // a hang, not a measurement
 		cmd.Process.Kill()
 		<-done
-		t.Fatalf("mpirun -np %d hung:\n%s", np, out.String())
+		t.Fatalf("%s -np %d hung:\n%s", l.Path, np, out.String())
 	}
 	return "", nil
 }
@@ -89,6 +80,24 @@ func TestUnderMpirun(t *testing.T) {
 		if n := strings.Count(out, "--- FAIL"); n > 0 || strings.Count(out, "\nPASS") != np {
 			t.Fatalf("mpirun -np %d: want %d passing ranks:\n%s", np, np, out)
 		}
+	}
+}
+
+// TestWrongLauncher: started by a launcher of the other MPI (MPICH's for
+// a build against Open MPI, or the reverse), each rank would be a world of
+// one; Init refuses that, naming the cause.
+func TestWrongLauncher(t *testing.T) {
+	if Launched() {
+		t.Skip("the launcher's side")
+	}
+	l := mpitest.Launch(t)
+	other := mpitest.Other(l.Flavour)
+	if other == nil {
+		t.Skipf("no launcher other than %s's is installed", l.Flavour)
+	}
+	out, err := launch(t, other, 2, "^TestWorld")
+	if err == nil || !strings.Contains(out, "the launcher started 2 ranks, but MPI_COMM_WORLD has 1") {
+		t.Fatalf("%s (%s) -np 2: %v, want every rank to refuse a world of 1:\n%s", other.Path, other.Flavour, err, out)
 	}
 }
 
