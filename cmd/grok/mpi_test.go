@@ -22,6 +22,7 @@ import (
 
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/internal/fixtures"
+	"github.com/grok-go/grok/internal/mpitest"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/tensor"
 )
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 // GROK_TEST_FAULT_FILE appears, so that a test picks the moment.
 func faultHook() {
 	fault, file := os.Getenv("GROK_TEST_FAULT"), os.Getenv("GROK_TEST_FAULT_FILE")
-	if fault == "" || fault == "stall-in-request" || os.Getenv("OMPI_COMM_WORLD_RANK") != "1" {
+	if r, _ := mpitest.Rank(os.Getenv); fault == "" || fault == "stall-in-request" || r != 1 {
 		return
 	}
 	go func() {
@@ -59,31 +60,27 @@ func faultHook() {
 	}()
 }
 
-// mpiCmd returns mpirun running this binary as grok with np ranks (or an
-// MPMD line when args holds ":"), env passed to every rank.
+// mpiCmd returns the launcher (GROK_MPIRUN, see internal/mpitest)
+// running this binary as grok with np ranks (or an MPMD line when args
+// holds "-np=N", which starts the next program), env passed to every rank.
 func mpiCmd(t *testing.T, np int, env []string, args ...string) *exec.Cmd {
 	t.Helper()
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun is not installed (apt-get install openmpi-bin)")
-	}
+	l := mpitest.Launch(t)
 	env = append(env, "GROK_TEST_AS_GROK=1")
-	// As comm/mpi's tests: root in a container, more ranks than cores,
-	// and no cross-memory attach (containers often forbid ptrace).
-	a := []string{"--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"}
-	for _, e := range env {
-		a = append(a, "-x", e)
-	}
-	a = append(a, "-np", strconv.Itoa(np), os.Args[0])
+	apps := []mpitest.App{{NP: np, Argv: []string{os.Args[0]}}}
 	for _, s := range args {
-		if strings.HasPrefix(s, "-np=") { // the next program of an MPMD line
-			a = append(a, ":", "-np", strings.TrimPrefix(s, "-np="), os.Args[0])
+		if n, ok := strings.CutPrefix(s, "-np="); ok {
+			np, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			apps = append(apps, mpitest.App{NP: np, Argv: []string{os.Args[0]}})
 			continue
 		}
-		a = append(a, s)
+		last := &apps[len(apps)-1]
+		last.Argv = append(last.Argv, s)
 	}
-	cmd := exec.Command("mpirun", a...)
-	cmd.Env = append(os.Environ(), env...)
-	return cmd
+	return l.Command(env, apps...)
 }
 
 // mpiGrok runs grok args under mpirun and returns its output; a run that
@@ -316,7 +313,7 @@ func TestMpirunRefuses(t *testing.T) {
 // TestMpirunFaults: while rank 0 serves, a follower that stalls or dies
 // ends the job with an error: between requests the heartbeat's barrier
 // times out (GROK_MPI_TIMEOUT), during one a collective of the forward
-// pass does, and mpirun sees a rank die.
+// pass does, and the launcher sees a rank die; no rank outlives the job.
 func TestMpirunFaults(t *testing.T) {
 	for _, fault := range []string{"stall", "stall-in-request", "die"} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -367,14 +364,20 @@ func TestMpirunFaults(t *testing.T) {
 			want = "MPI_Iallgather (AllReduceSum) did not complete in 2s"
 		}
 		os.WriteFile(trigger, nil, 0o644)
+		start := time.Now()
 		select {
 		case err := <-done:
 			if err == nil {
 				t.Fatalf("%s: the job ended well:\n%s", fault, out.String())
 			}
+			// After a death the launcher ends the job, each in its own
+			// way and words (Hydra kills the other ranks at once, Open
+			// MPI's mpirun within seconds); a stall is rank 0's timeout.
 			if fault != "die" && !strings.Contains(out.String(), want) {
 				t.Fatalf("%s: no message %q:\n%s", fault, want, out.String())
 			}
+			t.Logf("%s: the job ended %v after the fault: %v", fault, time.Since(start).Round(time.Millisecond), err)
+			noRankLeft(t, mark)
 		case <-time.After(time.Minute): // a hang, not a measurement
 			cmd.Process.Kill()
 			<-done
@@ -476,10 +479,11 @@ func TestMpirunBench(t *testing.T) {
 	}
 }
 
-// stopRank1 stops (SIGSTOP) rank 1 of the job whose processes have
-// GROK_TEST_MARK=mark, and returns once it is stopped.
-func stopRank1(t *testing.T, mark string) {
-	t.Helper()
+// jobRanks returns the pids of the ranks of the job whose processes have
+// GROK_TEST_MARK=mark, by rank (the launcher's own processes have the
+// mark but no rank).
+func jobRanks(mark string) map[int]int {
+	ranks := map[int]int{}
 	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
 	for _, p := range procs {
 		env, err := os.ReadFile(p)
@@ -487,22 +491,49 @@ func stopRank1(t *testing.T, mark string) {
 			continue
 		}
 		vars := strings.Split(string(env), "\x00")
-		if !slices.Contains(vars, "GROK_TEST_MARK="+mark) || !slices.Contains(vars, "OMPI_COMM_WORLD_RANK=1") {
-			continue
+		if r, ok := mpitest.Rank(mpitest.Getenv(vars)); ok && slices.Contains(vars, "GROK_TEST_MARK="+mark) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			ranks[r] = pid
 		}
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(time.Millisecond) {
-			st, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-			if f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:])); len(f) > 0 && f[0] == "T" {
-				return
-			}
-		}
-		t.Fatalf("rank 1 (pid %d) did not stop", pid)
 	}
-	t.Fatal("rank 1 not found")
+	return ranks
+}
+
+// stopRank1 stops (SIGSTOP) rank 1 of the job whose processes have
+// GROK_TEST_MARK=mark, and returns once it is stopped.
+func stopRank1(t *testing.T, mark string) {
+	t.Helper()
+	pid, ok := jobRanks(mark)[1]
+	if !ok {
+		t.Fatal("rank 1 not found")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(time.Millisecond) {
+		st, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:])); len(f) > 0 && f[0] == "T" {
+			return
+		}
+	}
+	t.Fatalf("rank 1 (pid %d) did not stop", pid)
+}
+
+// noRankLeft fails t if a rank of the job whose processes have
+// GROK_TEST_MARK=mark outlives the launcher (a stopped rank nobody
+// killed), and kills it.
+func noRankLeft(t *testing.T, mark string) {
+	t.Helper()
+	var left map[int]int
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(50 * time.Millisecond) {
+		if left = jobRanks(mark); len(left) == 0 {
+			return
+		}
+	}
+	for _, pid := range left {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	t.Errorf("ranks (rank: pid) %v outlived the launcher", left)
 }
 
 // startServe starts cmd (grok serve --addr addr) and returns once it
