@@ -238,7 +238,15 @@ func (c *Comm) Host() string {
 }
 
 // Abort ends the whole job: every rank exits with code.
-func (c *Comm) Abort(code int) {
+func (c *Comm) Abort(code int) { abort(code) }
+
+// abortGrace is how long abort lets the launcher forward this rank's last
+// output: MPICH's Hydra tears the job down on MPI_Abort without forwarding
+// what is still in flight, which is the message saying why.
+const abortGrace = 500 * time.Millisecond
+
+func abort(code int) {
+	time.Sleep(abortGrace)
 	C.grok_abort(C.int(code))
 	os.Exit(code) // MPI_Abort does not return; this is in case it did
 }
@@ -361,8 +369,7 @@ func (c *Comm) wait(what string) error {
 			}
 			fmt.Fprintf(w, "grok: rank %d of %d: %s did not complete in %v: another rank has died or stalled; aborting the job\n",
 				c.rank, c.size, what, c.Timeout)
-			C.grok_abort(3)
-			os.Exit(3)
+			abort(3)
 		}
 		switch {
 		case el < c.Spin:

@@ -185,8 +185,8 @@ func TestWorldCollectives(t *testing.T) {
 }
 
 // faultChild plays the fault GROK_MPI_FAULT names once the tests passed:
-// rank 1 stalls (stops itself) or dies (SIGKILL) while the others wait in
-// a barrier with a short timeout.
+// rank 1 stalls (stops itself), dies (SIGKILL) or says why and aborts
+// while the others wait in a barrier with a short timeout.
 func faultChild() int {
 	fault := os.Getenv("GROK_MPI_FAULT")
 	if fault == "" {
@@ -196,6 +196,9 @@ func faultChild() int {
 	c.Timeout = 2 * time.Second
 	if c.Rank() == 1 {
 		switch fault {
+		case "abort":
+			fmt.Fprintln(os.Stderr, "rank 1: aborting the job, as asked")
+			c.Abort(4)
 		case "stall":
 			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		case "die":
@@ -226,6 +229,22 @@ func TestFaultsEndTheJob(t *testing.T) {
 			t.Fatalf("%s: no timeout message:\n%s", fault, out)
 		}
 		t.Logf("%s: the job ended in %v: %v", fault, time.Since(start).Round(time.Millisecond), err)
+	}
+}
+
+// TestAbortKeepsTheMessage: what a rank writes just before it aborts the
+// job (why it does) reaches the launcher's output. Hydra ends the job on
+// MPI_Abort without forwarding output still in flight, so Abort gives it a
+// moment first; several runs, as a lost message is a matter of chance.
+func TestAbortKeepsTheMessage(t *testing.T) {
+	if Launched() {
+		t.Skip("the launcher's side")
+	}
+	for i := range 6 {
+		out, err := mpirun(t, 2, "^$", "GROK_MPI_FAULT=abort")
+		if err == nil || !strings.Contains(out, "rank 1: aborting the job, as asked") {
+			t.Fatalf("run %d: %v, the message lost:\n%s", i, err, out)
+		}
 	}
 }
 
