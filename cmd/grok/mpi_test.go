@@ -374,7 +374,7 @@ func TestMpirunFaults(t *testing.T) {
 			// way and words (Hydra kills the other ranks at once, Open
 			// MPI's mpirun within seconds); a stall is rank 0's timeout.
 			if fault != "die" && !strings.Contains(out.String(), want) {
-				t.Fatalf("%s: no message %q:\n%s", fault, want, out.String())
+				t.Fatalf("%s: the job ended %v after the fault (%v) without the message %q:\n%s", fault, time.Since(start).Round(time.Millisecond), err, want, out.String())
 			}
 			t.Logf("%s: the job ended %v after the fault: %v", fault, time.Since(start).Round(time.Millisecond), err)
 			noRankLeft(t, mark)
