@@ -167,9 +167,9 @@ func launchedSize() (int, bool) {
 // Init initialises MPI (once per process) and returns the world endpoint.
 // It asks for MPI_THREAD_SERIALIZED (see the package doc) and makes MPI
 // errors return codes instead of ending the job, so that each becomes a Go
-// error naming the call. A world of another size than the launcher started (a
-// binary built against another MPI library than the launcher's, whose
-// ranks each start alone) is an error.
+// error naming the call. A world of another size than the launcher
+// started (a binary built against another MPI library than the
+// launcher's, whose ranks each start alone) is an error.
 func Init() (*Comm, error) {
 	initOnce.Do(func() {
 		var got C.int
