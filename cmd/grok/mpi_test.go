@@ -536,8 +536,8 @@ func noRankLeft(t *testing.T, mark string) {
 	t.Errorf("ranks (rank: pid) %v outlived the launcher", left)
 }
 
-// startServe starts cmd (grok serve --addr addr) and returns once it
-// answers; the server is interrupted when the test ends.
+// startServe starts cmd (grok serve --addr addr) and returns once its
+// model is loaded; the server is interrupted when the test ends.
 func startServe(t *testing.T, cmd *exec.Cmd, addr string) {
 	t.Helper()
 	var out bytes.Buffer
@@ -557,7 +557,8 @@ func startServe(t *testing.T, cmd *exec.Cmd, addr string) {
 		}
 	})
 	for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/v1/models")
+		// /health, not /v1/models: that answers while the model loads.
+		resp, err := http.Get("http://" + addr + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
