@@ -178,7 +178,9 @@ func Init() (*Comm, error) {
 			return
 		}
 		if got < C.grok_thread_serialized() {
-			C.grok_abort(1)
+			// Every rank links the same library and returns this error,
+			// which the caller prints before exiting (an abort here would
+			// end the job before the message is out).
 			initErr = fmt.Errorf("mpi: the MPI library offers thread level %d, below MPI_THREAD_SERIALIZED", int(got))
 			return
 		}
