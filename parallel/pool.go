@@ -14,7 +14,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/grok-go/grok/internal/park"
 )
 
 // Task is a loop body: Run computes the indices [lo, hi) and may use worker
@@ -50,15 +51,13 @@ const DefaultAlign = 16
 // (figures: bench/README.md).
 const guidedTail = 16
 
-// spinFor is how long an idle worker polls for the next loop before it
-// sleeps. Between the loops of one forward call the gaps are microseconds
-// (a norm, the router), far shorter than waking a sleeping goroutine, which
-// costs several microseconds and an OS thread switch.
-const spinFor = 200 * time.Microsecond
-
-// pollsPerCheck is how many polls of a spin pass between looks at the clock
-// and yields (a power of two).
-const pollsPerCheck = 1024
+// Waiting threads (idle workers, and the caller waiting for a loop's last
+// ranges) poll for park.SpinFor before they sleep: between the loops of
+// one forward call the gaps are microseconds (a norm, the router), far
+// shorter than waking a sleeping goroutine, which costs several
+// microseconds and an OS thread switch. They sleep on a park.Waiter, whose
+// sleep costs no allocation, where a channel's would take a runtime sudog
+// the GC's emptying of the central cache makes the runtime allocate anew.
 
 // Pool is a set of worker threads that run For loops. Its methods are safe
 // for concurrent use; loops from several goroutines run one after another.
@@ -82,22 +81,36 @@ type Pool struct {
 	total  int64        // ranges in the loop
 	gen    atomic.Uint64
 	quit   atomic.Bool
-	wakeup chan struct{} // the caller's wake-up when it sleeps waiting for done
+	caller *park.Waiter // where the caller sleeps waiting for done
 
-	callerSleeping atomic.Bool
+	// locked: each worker goroutine locks its thread and runs setup, if
+	// set, first (NewLocked).
+	locked bool
+	setup  func(worker int)
 }
 
-// worker is one goroutine's wake-up state.
+// worker is one goroutine's place to sleep.
 type worker struct {
-	sleeping atomic.Bool
-	wake     chan struct{} // capacity 1: a wake-up is never lost and never blocks
+	park *park.Waiter
 }
 
 // New returns a pool of threads threads in all (the caller counted);
 // threads ≤ 0 means DefaultThreads(). Close it when done: its workers
 // otherwise live as long as the process.
 func New(threads int) *Pool {
-	p := &Pool{wakeup: make(chan struct{}, 1)}
+	p := &Pool{caller: park.NewWaiter()}
+	p.start(threads)
+	return p
+}
+
+// NewLocked is New with worker goroutines that each lock their OS thread
+// (runtime.LockOSThread) and call setup(worker) before their first loop,
+// e.g. to pin the thread to some CPUs; setup nil only locks. A locked
+// worker's thread ends with it (Close, SetThreads), so whatever setup did
+// to the thread never reaches other goroutines. The caller, worker 0,
+// is not touched: it sets up its own thread if it needs to.
+func NewLocked(threads int, setup func(worker int)) *Pool {
+	p := &Pool{caller: park.NewWaiter(), locked: true, setup: setup}
 	p.start(threads)
 	return p
 }
@@ -164,7 +177,7 @@ func (p *Pool) start(threads int) {
 	p.quit.Store(false)
 	p.workers = make([]*worker, threads-1)
 	for i := range p.workers {
-		w := &worker{wake: make(chan struct{}, 1)}
+		w := &worker{park: park.NewWaiter()}
 		p.workers[i] = w
 		p.wg.Add(1)
 		go p.work(w, i+1, p.gen.Load())
@@ -176,9 +189,12 @@ func (p *Pool) stop() {
 	p.quit.Store(true)
 	p.gen.Add(1)
 	for _, w := range p.workers {
-		p.wake(w)
+		w.park.Wake()
 	}
 	p.wg.Wait()
+	for _, w := range p.workers {
+		w.park.Close()
+	}
 	p.workers = nil
 }
 
@@ -222,9 +238,7 @@ func (p *Pool) Run(n, align int, t Task) {
 	p.left.Store(p.total) // publishes the loop to workers still spinning
 	p.gen.Add(1)          // and this tells the sleeping ones to look
 	for _, w := range p.workers {
-		if w.sleeping.Load() {
-			p.wake(w)
-		}
+		w.park.Wake()
 	}
 	p.runRanges(0)
 	p.waitDone()
@@ -267,87 +281,31 @@ func (p *Pool) runRanges(worker int) {
 		lo, hi := p.bounds[k], p.bounds[k+1]
 		p.task.Run(worker, lo, hi)
 		if p.done.Add(1) == total {
-			if p.callerSleeping.CompareAndSwap(true, false) {
-				p.wakeup <- struct{}{}
-			}
+			p.caller.Wake()
 		}
 	}
 }
 
 // waitDone returns when every range of the current loop has finished.
 func (p *Pool) waitDone() {
-	start := time.Now()
-	for i := 0; p.done.Load() != p.total; i++ {
-		if i&(pollsPerCheck-1) != pollsPerCheck-1 {
-			continue
-		}
-		if time.Since(start) < spinFor {
-			// Yield now and then, not on every poll: a yield costs about
-			// a microsecond, but without any a pool with more threads than
-			// cores would keep runnable goroutines waiting for the spin.
-			runtime.Gosched()
-			continue
-		}
-		// Sleep until the last range's runner wakes us. It checks the flag
-		// after counting its range done, so either it sees the flag or we
-		// see its count.
-		p.callerSleeping.Store(true)
-		if p.done.Load() == p.total {
-			if !p.callerSleeping.CompareAndSwap(true, false) {
-				<-p.wakeup // the runner saw the flag: take its token
-			}
-			return
-		}
-		<-p.wakeup
-		return
-	}
-}
-
-// wake sends w its wake-up if it is sleeping. The flag decides who sends, so
-// that exactly one token is sent per sleep.
-func (p *Pool) wake(w *worker) {
-	if w.sleeping.CompareAndSwap(true, false) {
-		w.wake <- struct{}{}
-	}
+	p.caller.Wait(func() bool { return p.done.Load() == p.total })
 }
 
 // work is a worker goroutine: wait for a new loop, run ranges of it, repeat.
 func (p *Pool) work(w *worker, id int, seen uint64) {
 	defer p.wg.Done()
+	if p.locked {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if p.setup != nil {
+			p.setup(id)
+		}
+	}
 	for {
-		seen = p.await(w, seen)
+		w.park.Wait(func() bool { return p.gen.Load() != seen })
+		seen = p.gen.Load()
 		if p.quit.Load() {
 			return
 		}
 		p.runRanges(id)
-	}
-}
-
-// await returns the loop generation once it differs from seen, spinning for
-// a while and then sleeping.
-func (p *Pool) await(w *worker, seen uint64) uint64 {
-	start := time.Now()
-	for i := 0; ; i++ {
-		if g := p.gen.Load(); g != seen {
-			return g
-		}
-		if i&(pollsPerCheck-1) != pollsPerCheck-1 {
-			continue
-		}
-		if time.Since(start) < spinFor {
-			runtime.Gosched()
-			continue
-		}
-		// Announce the sleep, then look once more: a For that bumped the
-		// generation before seeing the flag would not wake us.
-		w.sleeping.Store(true)
-		if g := p.gen.Load(); g != seen {
-			if !w.sleeping.CompareAndSwap(true, false) {
-				<-w.wake // For saw the flag and sent a token: consume it
-			}
-			return g
-		}
-		<-w.wake
-		start, i = time.Now(), 0
 	}
 }

@@ -1,10 +1,14 @@
 package parallel
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/grok-go/grok/internal/allocs"
+	"github.com/grok-go/grok/internal/park"
 )
 
 // countTask records how often each index was visited and checks each range.
@@ -114,13 +118,13 @@ func TestRunUsesWorkers(t *testing.T) {
 }
 
 // Loops keep working after the workers went to sleep (idle longer than
-// spinFor), and plain writes of the ranges are visible after For returns.
+// park.SpinFor), and plain writes of the ranges are visible after For returns.
 func TestSleepAndWake(t *testing.T) {
 	p := New(3)
 	defer p.Close()
 	out := make([]int, 300)
 	for rep := 0; rep < 5; rep++ {
-		time.Sleep(2 * spinFor)
+		time.Sleep(2 * park.SpinFor)
 		p.ForAligned(len(out), 1, func(_, lo, hi int) {
 			for i := lo; i < hi; i++ {
 				out[i] = rep*1000 + i
@@ -218,6 +222,62 @@ func TestRunDoesNotAllocate(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(200, func() { p.For(4096, double) }); a != 0 {
 		t.Errorf("For with a static func: %v allocations per loop", a)
+	}
+}
+
+// Loops that find their workers asleep allocate nothing either, counted
+// over the whole run with GCs in it (a worker that slept on a channel took
+// a runtime sudog, which the runtime allocates anew after a GC empties its
+// central cache).
+func TestSleepingLoopsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	p := New(3)
+	defer p.Close()
+	s := &sumTask{in: make([]float32, 4096), out: make([]float32, 4096)}
+	asleep := func() {
+		for _, w := range p.workers {
+			for !w.park.Sleeping() {
+				time.Sleep(park.SpinFor / 4)
+			}
+		}
+	}
+	asleep()
+	p.Run(len(s.in), 16, s) // first sleeps make the poller's state
+	n, where := allocs.Count(func() {
+		for i := 0; i < 60; i++ {
+			if i%20 == 10 {
+				runtime.GC()
+			}
+			asleep()
+			p.Run(len(s.in), 16, s)
+		}
+	})
+	if n != 0 {
+		t.Errorf("60 loops that woke their workers allocated %d objects:\n%s", n, where)
+	}
+}
+
+// NewLocked's workers run setup once each, before their first loop, and
+// again when SetThreads starts new ones; the caller is not one of them.
+func TestNewLockedRunsSetup(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	p := NewLocked(3, func(w int) {
+		mu.Lock()
+		seen[w]++
+		mu.Unlock()
+	})
+	defer p.Close()
+	p.For(4096, double)
+	p.SetThreads(2)
+	p.For(4096, double)
+	p.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[1] != 2 || seen[2] != 1 {
+		t.Errorf("setup ran for workers %v, want map[1:2 2:1]", seen)
 	}
 }
 
