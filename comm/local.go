@@ -2,9 +2,9 @@ package comm
 
 import (
 	"fmt"
-	"runtime"
-	"sync"
 	"sync/atomic"
+
+	"github.com/grok-go/grok/internal/park"
 )
 
 // NewLocal returns the n endpoints of an in-process group: shards that run
@@ -14,8 +14,10 @@ func NewLocal(n int) ([]Comm, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("comm: a group needs at least one rank, got %d", n)
 	}
-	g := &localGroup{n: n, f32: make([][]float32, n), bytes: make([][]byte, n)}
-	g.cond = sync.NewCond(&g.mu)
+	g := &localGroup{n: n, f32: make([][]float32, n), bytes: make([][]byte, n), park: make([]*park.Waiter, n)}
+	for r := range g.park {
+		g.park[r] = park.NewWaiter()
+	}
 	cs := make([]Comm, n)
 	for r := range cs {
 		cs[r] = &local{g: g, rank: r}
@@ -25,11 +27,10 @@ func NewLocal(n int) ([]Comm, error) {
 
 type localGroup struct {
 	n       int
-	mu      sync.Mutex
-	cond    *sync.Cond
 	waiting atomic.Int64  // ranks in the current barrier
 	gen     atomic.Uint64 // completed barriers
 	aborted atomic.Bool
+	park    []*park.Waiter // where each rank waits in a barrier
 
 	f32   [][]float32 // each rank's posted buffer
 	bytes [][]byte
@@ -44,52 +45,42 @@ type local struct {
 func (c *local) Rank() int { return c.rank }
 func (c *local) Size() int { return c.g.n }
 
-// barrierSpins is how many times a rank waiting in a barrier yields its
-// thread (runtime.Gosched) before it sleeps: a sharded decode step's
-// collectives come microseconds apart, and waking a sleeping goroutine
-// costs more than that.
-const barrierSpins = 100
-
-// barrier blocks until all n ranks have entered it. The last rank to
-// arrive completes it (gen+1) and wakes the sleepers under mu, which a
-// sleeper holds while it checks gen, so no wake-up is lost.
-func (g *localGroup) barrier() error {
+// barrier blocks until all n ranks have entered it: a generation counter
+// the last rank to arrive advances. The others poll it, then sleep on a
+// park.Waiter (see internal/park: the collectives of a sharded decode step
+// come microseconds apart, so they rarely sleep, and a sleep allocates
+// nothing, where a sync.Cond's took a runtime sudog that GCs make the
+// runtime allocate anew).
+func (g *localGroup) barrier(rank int) error {
 	if g.aborted.Load() {
 		return ErrAborted
 	}
-	gen := g.gen.Load()
+	gen := g.gen.Load() // it cannot advance before this rank arrives
 	if g.waiting.Add(1) == int64(g.n) {
-		g.waiting.Store(0)
+		g.waiting.Store(0) // before gen: no rank leaves, so none re-enters, until then
 		g.gen.Add(1)
-		g.mu.Lock()
-		g.cond.Broadcast()
-		g.mu.Unlock()
+		for q, w := range g.park {
+			if q != rank {
+				w.Wake()
+			}
+		}
 		return nil
 	}
-	for i := 0; i < barrierSpins && g.gen.Load() == gen && !g.aborted.Load(); i++ {
-		runtime.Gosched()
-	}
-	if g.gen.Load() == gen {
-		g.mu.Lock()
-		for g.gen.Load() == gen && !g.aborted.Load() {
-			g.cond.Wait()
-		}
-		g.mu.Unlock()
-	}
+	g.park[rank].Wait(func() bool { return g.gen.Load() != gen || g.aborted.Load() })
 	if g.aborted.Load() {
 		return ErrAborted
 	}
 	return nil
 }
 
-func (c *local) Barrier() error { return c.g.barrier() }
+func (c *local) Barrier() error { return c.g.barrier(c.rank) }
 
 func (c *local) Abort(int) {
 	g := c.g
-	g.mu.Lock()
 	g.aborted.Store(true)
-	g.cond.Broadcast()
-	g.mu.Unlock()
+	for _, w := range g.park {
+		w.Wake()
+	}
 }
 
 func (c *local) AllReduceSum(buf []float32) error {
@@ -104,7 +95,7 @@ func (c *local) AllReduceSum(buf []float32) error {
 		}
 		g.sum = g.sum[:len(buf)]
 	}
-	if err := g.barrier(); err != nil {
+	if err := g.barrier(c.rank); err != nil {
 		return err
 	}
 	// Rank r sums its share of the elements over the ranks in rank order.
@@ -125,11 +116,11 @@ func (c *local) AllReduceSum(buf []float32) error {
 			sum[i] += add[i]
 		}
 	}
-	if err := g.barrier(); err != nil {
+	if err := g.barrier(c.rank); err != nil {
 		return err
 	}
 	copy(buf, g.sum)
-	return g.barrier()
+	return g.barrier(c.rank)
 }
 
 func (c *local) AllGather(dst, src []float32) error {
@@ -138,7 +129,7 @@ func (c *local) AllGather(dst, src []float32) error {
 		return fmt.Errorf("comm: AllGather of %d elements into %d on %d ranks", len(src), len(dst), g.n)
 	}
 	g.f32[c.rank] = src
-	if err := g.barrier(); err != nil {
+	if err := g.barrier(c.rank); err != nil {
 		return err
 	}
 	for q := 0; q < g.n; q++ {
@@ -148,7 +139,7 @@ func (c *local) AllGather(dst, src []float32) error {
 		}
 		copy(dst[q*len(src):], g.f32[q])
 	}
-	return g.barrier()
+	return g.barrier(c.rank)
 }
 
 func (c *local) Bcast(buf []byte, root int) error {
@@ -157,7 +148,7 @@ func (c *local) Bcast(buf []byte, root int) error {
 		return fmt.Errorf("comm: Bcast from rank %d of %d", root, g.n)
 	}
 	g.bytes[c.rank] = buf
-	if err := g.barrier(); err != nil {
+	if err := g.barrier(c.rank); err != nil {
 		return err
 	}
 	if c.rank != root {
@@ -167,5 +158,5 @@ func (c *local) Bcast(buf []byte, root int) error {
 		}
 		copy(buf, g.bytes[root])
 	}
-	return g.barrier()
+	return g.barrier(c.rank)
 }

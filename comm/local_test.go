@@ -2,9 +2,12 @@ package comm
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/grok-go/grok/internal/allocs"
 )
 
 // run calls f on every endpoint of a new n-rank group concurrently.
@@ -109,5 +112,91 @@ func TestLocalMismatchedLengths(t *testing.T) {
 	})
 	if errs[0] == nil && errs[1] == nil {
 		t.Fatal("mismatched AllReduceSum lengths were accepted")
+	}
+}
+
+// asleep waits until rank r of the group of c sleeps in a barrier.
+func asleep(c Comm, r int) {
+	for !c.(*local).g.park[r].Sleeping() {
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// Abort wakes ranks that sleep in a barrier, not only those that poll.
+func TestLocalAbortWakesSleepers(t *testing.T) {
+	cs, err := NewLocal(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for r := 0; r < 2; r++ {
+		go func() { errs <- cs[r].AllReduceSum(make([]float32, 4)) }()
+	}
+	asleep(cs[0], 0)
+	asleep(cs[0], 1)
+	cs[2].Abort(1)
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrAborted) {
+				t.Errorf("a sleeping rank got %v, want ErrAborted", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Abort left a sleeping rank asleep")
+		}
+	}
+}
+
+// Collectives allocate nothing, also when ranks sleep in their barriers
+// and GCs run between them (a rank that slept on a sync.Cond took a
+// runtime sudog, which the runtime allocates anew after a GC empties its
+// central cache): counted exactly over the whole loop.
+func TestLocalCollectivesDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	const n, warm, steps = 3, 5, 60
+	cs, err := NewLocal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(c Comm, buf, all []float32) {
+		if err := c.AllReduceSum(buf); err != nil {
+			t.Error(err)
+		}
+		if err := c.AllGather(all, buf[:2]); err != nil {
+			t.Error(err)
+		}
+	}
+	done := make(chan struct{})
+	for r := 1; r < n; r++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			buf, all := make([]float32, 64), make([]float32, 2*n)
+			for range warm + steps {
+				step(cs[r], buf, all)
+			}
+		}()
+	}
+	buf, all := make([]float32, 64), make([]float32, 2*n)
+	// Rank 0 comes last to every step, once the others sleep.
+	loop := func(k int) {
+		for i := 0; i < k; i++ {
+			if i%20 == 10 {
+				runtime.GC()
+			}
+			for r := 1; r < n; r++ {
+				asleep(cs[0], r)
+			}
+			step(cs[0], buf, all)
+		}
+	}
+	loop(warm)
+	got, where := allocs.Count(func() { loop(steps) })
+	for r := 1; r < n; r++ {
+		<-done
+	}
+	if got != 0 {
+		t.Errorf("%d steps of collectives with sleeping ranks allocated %d objects:\n%s", steps, got, where)
 	}
 }

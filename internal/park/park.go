@@ -78,7 +78,9 @@ func (w *Waiter) Wait(ready func() bool) {
 // Wake wakes w if it sleeps in Wait. The flag decides who posts, so that
 // exactly one wake-up is posted per sleep.
 func (w *Waiter) Wake() {
-	if w.sleeping.CompareAndSwap(true, false) {
+	// The load first: most Wakes find a spinner, and a failed CAS would
+	// still take the cache line for writing.
+	if w.sleeping.Load() && w.sleeping.CompareAndSwap(true, false) {
 		w.sem.post()
 	}
 }
