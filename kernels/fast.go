@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/grok-go/grok/tensor"
 )
@@ -163,7 +162,7 @@ type FastActs struct {
 // every token zero until quantised.
 func (q *FastActs) Prepare(n, In int) {
 	if q.a == nil {
-		q.a = fastPool.Get().(*fastActs)
+		q.a = fastPool.Get()
 	}
 	q.n, q.In = n, In
 	q.a.prepare(n, In)
@@ -234,7 +233,8 @@ const (
 // stride is the bytes of one group.
 func (a *fastActs) stride() int { return a.nbt * fastBlock }
 
-var fastPool = sync.Pool{New: func() any { return new(fastActs) }}
+// fastPool holds FastActs' buffers (see freeList).
+var fastPool freeList[fastActs]
 
 // quantizeBlock16 quantises 32 activations x to int16 q with one scale d:
 // d = max|x|/32767, q = round(x/d) halfway away from zero, in float32, as
@@ -382,12 +382,9 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	defer scratchPool.Put(tp)
 	tiles, ds := (*tp)[:(g1-g0)*gsz], (*tp)[(g1-g0)*gsz:] // ds: scales, then mins
 
-	wp := bytePool.Get().(*[]byte)
+	wp := getBytes(R * span * 64)
 	defer bytePool.Put(wp)
-	if cap(*wp) < R*span*64 {
-		*wp = make([]byte, R*span*64)
-	}
-	ws := (*wp)[:R*span*64]
+	ws := *wp
 	// tile widens rows [r0, r0+rows) of the block starting at p0, blocks
 	// [kb, kb+nb), and runs the kernel (or its twin) over every group.
 	tile := func(p0, r0, rows, kb, nb int) {

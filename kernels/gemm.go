@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"sync"
 	"unsafe"
 
 	"github.com/grok-go/grok/tensor"
@@ -19,7 +18,8 @@ import (
 // in L1) meets every group of T tokens. Each weight byte is thus read from
 // memory once per call, whatever n is.
 
-var bytePool = sync.Pool{New: func() any { return new([]byte) }}
+// bytePool holds the products' byte scratch buffers (see freeList).
+var bytePool = freeList[[]byte]{sizeOf: func(p *[]byte) int { return cap(*p) }}
 
 // l2Budget is the activation bytes a chunk may hold (1 MiB L2 per core on
 // the machines this is tuned for, half of it left to weights and dst).
@@ -601,12 +601,9 @@ func (ks *kernelSet) inoutTail(dst, x []float32, n int, m *Mat, lo, hi int, add 
 	esz := m.rowBytes() / m.Out
 	tm := *m
 	tm.Out, tm.Stride = V, 0
-	bp := bytePool.Get().(*[]byte)
+	bp := getBytes(m.In * V * esz)
 	defer bytePool.Put(bp)
-	if cap(*bp) < m.In*V*esz {
-		*bp = make([]byte, m.In*V*esz)
-	}
-	tm.Data = (*bp)[:m.In*V*esz]
+	tm.Data = *bp
 	clear(tm.Data)
 	for k := 0; k < m.In; k++ {
 		copy(tm.Data[k*V*esz:k*V*esz+c*esz], m.Data[k*rb+lo*esz:])

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"math"
-	"sync"
 
 	"github.com/grok-go/grok/tensor"
 )
@@ -82,7 +81,8 @@ func (q *qbuf) token(t int) ([]byte, []float32) {
 	return q.xq[t*q.nbt*32 : (t+1)*q.nbt*32], q.dx[t*q.nbt*8 : (t+1)*q.nbt*8]
 }
 
-var qbufPool = sync.Pool{New: func() any { return new(qbuf) }}
+// qbufPool holds the quantised activations' buffers (see freeList).
+var qbufPool freeList[qbuf]
 
 // quantizeActs quantises the n inputs of a Q8_0 or I8 product: blocks of 32
 // along In, restarting at every I8 shard boundary. With a kernel it uses the
@@ -95,7 +95,7 @@ func quantizeActs(qk quantKernel, x []float32, n int, m *Mat) *qbuf {
 		shards = m.Shards
 	}
 	seg := m.In / shards
-	q := qbufPool.Get().(*qbuf)
+	q := qbufPool.Get()
 	q.nbs = (seg + 31) / 32
 	q.nbt = shards * q.nbs
 	nb := n * q.nbt

@@ -11,19 +11,36 @@ import (
 // level is available and the reference the assembly is tested against.
 
 // scratchPool holds the products' float32 scratch buffers for reuse.
-var scratchPool scratchStack
+var scratchPool = freeList[[]float32]{sizeOf: func(p *[]float32) int { return cap(*p) }}
 
-// scratchStack is a free list of scratch buffers. Unlike a sync.Pool it is
+// freeList is a free list of scratch objects. Unlike a sync.Pool it is
 // never emptied by the garbage collector, and unlike a mutex it never
 // parks a thread (which costs the runtime an allocation), so once it holds
-// a buffer for each product that runs at once, a decode step allocates
-// nothing. A buffer put back when every slot is full is left to the GC.
-type scratchStack struct {
-	slots [64]atomic.Pointer[[]float32]
+// an object for each product that runs at once, a decode step allocates
+// nothing. An object put back when every slot is full is left to the GC.
+type freeList[T any] struct {
+	slots [64]atomic.Pointer[T]
+	// sizeOf, if set, is an object's capacity, noted when it is put back
+	// so that Fit can prefer one large enough: buffers of many sizes share
+	// the list, and one that a small product took would otherwise have to
+	// grow for a large one. The note is only a hint; callers still check.
+	sizeOf func(*T) int
+	sizes  [64]atomic.Int64
 }
 
-// Get returns a free buffer (of any length), or a new empty one.
-func (s *scratchStack) Get() *[]float32 {
+// Get returns a free object, or a new zero one.
+func (s *freeList[T]) Get() *T { return s.Fit(0) }
+
+// Fit returns a free object whose noted size is at least n if there is
+// one, else any free object, else a new zero one.
+func (s *freeList[T]) Fit(n int) *T {
+	if n > 0 && s.sizeOf != nil {
+		for i := range s.slots {
+			if p := s.slots[i].Load(); p != nil && s.sizes[i].Load() >= int64(n) && s.slots[i].CompareAndSwap(p, nil) {
+				return p
+			}
+		}
+	}
 	for i := range s.slots {
 		if s.slots[i].Load() != nil {
 			if p := s.slots[i].Swap(nil); p != nil {
@@ -31,13 +48,16 @@ func (s *scratchStack) Get() *[]float32 {
 			}
 		}
 	}
-	return new([]float32)
+	return new(T)
 }
 
 // Put returns p to the free list.
-func (s *scratchStack) Put(p *[]float32) {
+func (s *freeList[T]) Put(p *T) {
 	for i := range s.slots {
 		if s.slots[i].Load() == nil && s.slots[i].CompareAndSwap(nil, p) {
+			if s.sizeOf != nil {
+				s.sizes[i].Store(int64(s.sizeOf(p)))
+			}
 			return
 		}
 	}
@@ -46,9 +66,20 @@ func (s *scratchStack) Put(p *[]float32) {
 // getScratch returns a scratch buffer of n elements; give it back with
 // scratchPool.Put.
 func getScratch(n int) *[]float32 {
-	p := scratchPool.Get()
+	p := scratchPool.Fit(n)
 	if cap(*p) < n {
 		*p = make([]float32, n)
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// getBytes returns a byte scratch buffer of n bytes; give it back with
+// bytePool.Put.
+func getBytes(n int) *[]byte {
+	p := bytePool.Fit(n)
+	if cap(*p) < n {
+		*p = make([]byte, n)
 	}
 	*p = (*p)[:n]
 	return p

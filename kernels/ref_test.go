@@ -24,3 +24,33 @@ func TestScratchSurvivesGC(t *testing.T) {
 		}
 	}
 }
+
+// A large request takes a free buffer large enough when there is one, not
+// the first free one (which would then grow): buffers of many sizes share
+// the list, and which product put which back depends on the threads.
+func TestScratchFitsBySize(t *testing.T) {
+	var l freeList[[]float32]
+	l.sizeOf = func(p *[]float32) int { return cap(*p) }
+	small, large := make([]float32, 16), make([]float32, 4096)
+	l.Put(&small)
+	l.Put(&large)
+	if p := l.Fit(4000); p != &large {
+		t.Errorf("Fit(4000) took a buffer of %d", cap(*p))
+	}
+	if p := l.Fit(4000); p != &small {
+		t.Errorf("with no large buffer left, Fit(4000) did not take the small one")
+	}
+}
+
+// The other scratch lists survive garbage collections too.
+func TestFreeListsSurviveGC(t *testing.T) {
+	b, f, q := bytePool.Get(), fastPool.Get(), qbufPool.Get()
+	bytePool.Put(b)
+	fastPool.Put(f)
+	qbufPool.Put(q)
+	runtime.GC()
+	runtime.GC()
+	if bytePool.Get() != b || fastPool.Get() != f || qbufPool.Get() != q {
+		t.Error("a scratch object was dropped by two GCs")
+	}
+}
