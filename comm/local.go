@@ -3,6 +3,7 @@ package comm
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/grok-go/grok/internal/park"
 )
@@ -45,6 +46,13 @@ type local struct {
 func (c *local) Rank() int { return c.rank }
 func (c *local) Size() int { return c.g.n }
 
+// barrierSpin is how long a rank polls a barrier before it sleeps: long
+// enough for the skew between shards of one decode step, short because a
+// rank that polls longer takes the core from a shard that is still
+// computing when the shards have more threads than free cores (a 2-core
+// machine's decode under load got slower with park.SpinFor).
+const barrierSpin = 20 * time.Microsecond
+
 // barrier blocks until all n ranks have entered it: a generation counter
 // the last rank to arrive advances. The others poll it, then sleep on a
 // park.Waiter (see internal/park: the collectives of a sharded decode step
@@ -66,7 +74,7 @@ func (g *localGroup) barrier(rank int) error {
 		}
 		return nil
 	}
-	g.park[rank].Wait(func() bool { return g.gen.Load() != gen || g.aborted.Load() })
+	g.park[rank].WaitSpin(func() bool { return g.gen.Load() != gen || g.aborted.Load() }, barrierSpin)
 	if g.aborted.Load() {
 		return ErrAborted
 	}

@@ -3,22 +3,33 @@ package model
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/grok-go/grok/comm"
+	"github.com/grok-go/grok/internal/park"
 	"github.com/grok-go/grok/parallel"
 )
 
 // tpGroup is NewTP's model: n shards in one process, each on a pool of
 // its own, joined by an in-process comm group. Shards 1..n-1 each run on a
-// goroutine of their own that waits for calls (calls[r]), so that a
-// forward call starts no goroutine and allocates nothing.
+// goroutine of their own that waits for calls, so that a forward call
+// starts no goroutine and allocates nothing. A call is handed out by
+// advancing gen and collected by counting pending down; the goroutines
+// (and the caller) wait on park.Waiters, whose sleeps allocate nothing,
+// where a channel's took a runtime sudog that GCs make the runtime
+// allocate anew. They sleep at once (no spin): between calls a waiting
+// goroutine would only take a core from one still computing.
 type tpGroup struct {
 	shards []*LanguageModel
 	pools  []*parallel.Pool
 	errs   []error
-	calls  []chan tpCall
-	done   chan struct{}
-	closed bool
+	calls  []tpCall      // shard r's part of the current call
+	gen    atomic.Uint64 // calls handed out (and one more at close)
+	// pending counts the shards' goroutines yet to finish the current call.
+	pending atomic.Int64
+	quit    atomic.Bool
+	park    []*park.Waiter // shard r's goroutine's; park[0] is the caller's
+	closed  bool
 }
 
 // tpCall is one forward call handed to a shard's goroutine.
@@ -27,11 +38,20 @@ type tpCall struct {
 	inputs []Input
 }
 
-// serve runs shard r's forward calls until its channel closes.
+// serve runs shard r's forward calls until the group closes.
 func (g *tpGroup) serve(r int) {
-	for c := range g.calls[r] {
+	var seen uint64
+	for {
+		g.park[r].WaitSpin(func() bool { return g.gen.Load() != seen }, 0)
+		seen = g.gen.Load()
+		if g.quit.Load() {
+			return
+		}
+		c := g.calls[r]
 		_, g.errs[r] = g.shards[r].Forward(c.mem, c.inputs)
-		g.done <- struct{}{}
+		if g.pending.Add(-1) == 0 {
+			g.park[0].Wake()
+		}
 	}
 }
 
@@ -77,7 +97,10 @@ func NewTPComms(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Poo
 	if pool == nil {
 		pool = parallel.Default()
 	}
-	g := &tpGroup{errs: make([]error, n), calls: make([]chan tpCall, n), done: make(chan struct{}, n)}
+	g := &tpGroup{errs: make([]error, n), calls: make([]tpCall, n), park: make([]*park.Waiter, n)}
+	for r := range g.park {
+		g.park[r] = park.NewWaiter()
+	}
 	for r, c := range cs {
 		if c.Rank() != r || c.Size() != n {
 			return nil, fmt.Errorf("model: endpoint %d is rank %d of %d", r, c.Rank(), c.Size())
@@ -92,7 +115,6 @@ func NewTPComms(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Poo
 		g.shards, g.pools = append(g.shards, s), append(g.pools, p)
 	}
 	for r := 1; r < n; r++ {
-		g.calls[r] = make(chan tpCall)
 		go g.serve(r)
 	}
 	return &LanguageModel{Config: cfg, Pool: pool, tp: g}, nil
@@ -111,10 +133,10 @@ func (g *tpGroup) close() {
 		return
 	}
 	g.closed = true
-	for _, c := range g.calls {
-		if c != nil {
-			close(c)
-		}
+	g.quit.Store(true)
+	g.gen.Add(1)
+	for _, w := range g.park[1:] {
+		w.Wake()
 	}
 	for _, p := range g.pools {
 		p.Close()
@@ -228,12 +250,16 @@ func (g *tpGroup) forward(lm *LanguageModel, mem *KVMemory, inputs []Input) ([]f
 		s.Precision = lm.Precision // each rank's prefill in the group's precision
 	}
 	for r := 1; r < len(g.shards); r++ {
-		g.calls[r] <- tpCall{mem: parts[r], inputs: inputs}
+		g.calls[r] = tpCall{mem: parts[r], inputs: inputs}
+	}
+	g.pending.Store(int64(len(g.shards) - 1))
+	g.gen.Add(1) // publishes the calls
+	for _, w := range g.park[1:] {
+		w.Wake()
 	}
 	logits, err0 := g.shards[0].Forward(parts[0], inputs)
-	for r := 1; r < len(g.shards); r++ {
-		<-g.done
-	}
+	g.park[0].WaitSpin(func() bool { return g.pending.Load() == 0 }, 0)
+	clear(g.calls) // do not keep the caller's inputs alive
 	g.errs[0] = err0
 	err = nil
 	for _, e := range g.errs {

@@ -12,12 +12,52 @@ import (
 	"strings"
 )
 
-// Count runs f with every allocation recorded and returns how many heap
-// objects were allocated while it ran, the runtime's own background
-// allocations left out, and a description of where the counted ones were
-// made (at most a few stacks). Other goroutines' allocations while f runs
-// are counted too: call it when only the code measured runs.
-func Count(f func()) (n uint64, where string) {
+// Site is where some of the counted allocations were made.
+type Site struct {
+	Objects int64
+	Stack   []string // function names, innermost first
+}
+
+// Has reports whether a function whose name contains sub is on the stack.
+func (s Site) Has(sub string) bool {
+	for _, f := range s.Stack {
+		if strings.Contains(f, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// Sites is the counted allocations of a run, by stack.
+type Sites []Site
+
+// Total is the number of objects allocated.
+func (ss Sites) Total() int64 {
+	var n int64
+	for _, s := range ss {
+		n += s.Objects
+	}
+	return n
+}
+
+// String lists the first few sites.
+func (ss Sites) String() string {
+	var b strings.Builder
+	for i, s := range ss {
+		if i == 4 {
+			fmt.Fprintf(&b, "and %d more sites\n", len(ss)-i)
+			break
+		}
+		fmt.Fprintf(&b, "%d allocation(s) at:\n\t%s\n", s.Objects, strings.Join(s.Stack, "\n\t"))
+	}
+	return b.String()
+}
+
+// Count runs f with every allocation recorded and returns the heap
+// objects allocated while it ran, by stack, the runtime's own background
+// allocations left out. Other goroutines' allocations while f runs are
+// counted too: call it when only the code measured runs.
+func Count(f func()) Sites {
 	old := runtime.MemProfileRate
 	runtime.MemProfileRate = 1
 	defer func() { runtime.MemProfileRate = old }()
@@ -29,30 +69,22 @@ func Count(f func()) (n uint64, where string) {
 	f()
 	runtime.ReadMemStats(&m1)
 	if m1.Mallocs == m0.Mallocs {
-		return 0, ""
+		return nil
 	}
 	runtime.GC()
-	after := snapshot()
-	var b strings.Builder
-	shown := 0
-	for k, a := range after {
-		d := a.objects - before[k].objects
-		if d <= 0 || a.runtimeOwn {
-			continue
-		}
-		n += uint64(d)
-		if shown < 4 {
-			shown++
-			fmt.Fprintf(&b, "%d allocation(s) at:\n%s", d, a.stack)
+	var out Sites
+	for k, a := range snapshot() {
+		if d := a.objects - before[k].objects; d > 0 && !a.runtimeOwn {
+			out = append(out, Site{Objects: d, Stack: a.stack})
 		}
 	}
-	return n, b.String()
+	return out
 }
 
 type record struct {
 	objects    int64
 	runtimeOwn bool
-	stack      string
+	stack      []string
 }
 
 // snapshot returns the allocation profile by stack.
@@ -81,8 +113,7 @@ func snapshot() map[[32]uintptr]record {
 // or a system stack's (a new thread, a goroutine record, a GC's work); an
 // allocation the code measured caused, such as a sudog for a goroutine
 // that parks, has that code's frames on its stack.
-func describe(pcs []uintptr) (own bool, stack string) {
-	var b strings.Builder
+func describe(pcs []uintptr) (own bool, stack []string) {
 	frames := runtime.CallersFrames(pcs)
 	onlyRuntime, mine := true, false
 	for {
@@ -93,10 +124,10 @@ func describe(pcs []uintptr) (own bool, stack string) {
 		if strings.HasSuffix(fr.Function, "internal/allocs.snapshot") {
 			mine = true
 		}
-		fmt.Fprintf(&b, "\t%s\n", fr.Function)
+		stack = append(stack, fr.Function)
 		if !more {
 			break
 		}
 	}
-	return onlyRuntime || mine, b.String()
+	return onlyRuntime || mine, stack
 }

@@ -45,7 +45,11 @@ func NewWaiter() *Waiter {
 // thread now and then, for up to SpinFor, then sleeps until Wake (and
 // polls again, should it have been woken for another reason). Whoever
 // makes ready true must call Wake after.
-func (w *Waiter) Wait(ready func() bool) {
+func (w *Waiter) Wait(ready func() bool) { w.WaitSpin(ready, SpinFor) }
+
+// WaitSpin is Wait polling for spin instead of SpinFor (0: a thousand
+// polls or so, then sleep).
+func (w *Waiter) WaitSpin(ready func() bool, spin time.Duration) {
 	start := time.Now()
 	for i := 0; ; i++ {
 		if ready() {
@@ -54,7 +58,7 @@ func (w *Waiter) Wait(ready func() bool) {
 		if i&(pollsPerCheck-1) != pollsPerCheck-1 {
 			continue
 		}
-		if time.Since(start) < SpinFor {
+		if time.Since(start) < spin {
 			// Yield now and then, not on every poll: a yield costs about
 			// a microsecond, but without any, more waiters than cores
 			// would keep runnable goroutines waiting for the spin.
