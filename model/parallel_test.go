@@ -234,14 +234,20 @@ func TestDecodeStepDoesNotAllocate(t *testing.T) {
 		{"tp2-grok2", withGrok2(midConfig(), 160), testmodel.Random(withGrok2(midConfig(), 160), 3)},
 	} {
 		for _, threads := range []int{2, 4} {
-			p := parallel.New(threads)
-			lm, err := model.NewTP(src.c, src.src, 2, p)
-			if err != nil {
-				t.Fatal(err)
+			for _, placed := range []bool{false, true} {
+				p := parallel.New(threads)
+				var o model.TPOptions
+				if placed { // as --numa places them, less the pinning
+					o.Place = func(int) {}
+				}
+				lm, err := model.NewTPWith(src.c, src.src, 2, p, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(fmt.Sprintf("%s, %d threads, placed %v", src.name, threads, placed), decodeSetup(t, lm, 8, 300))
+				lm.Close()
+				p.Close()
 			}
-			check(fmt.Sprintf("%s, %d threads", src.name, threads), decodeSetup(t, lm, 8, 300))
-			lm.Close()
-			p.Close()
 		}
 	}
 }

@@ -48,6 +48,8 @@ type shardState struct {
 	// copied (packed) and the pages they came from released at once, see
 	// PageReleaser.
 	rel PageReleaser
+	// pack: copy every strided slice into memory of its own.
+	pack bool
 
 	local, send, gathered []float32
 }
@@ -245,13 +247,15 @@ func checkSplit(t *tensor.Tensor, in, n int) error {
 // weight is read. The shard's matrices are views of its own slices of
 // src's tensors only.
 func NewShard(cfg Config, src TensorSource, c comm.Comm) (*LanguageModel, error) {
-	return newShard(cfg, src, c, true)
+	return newShard(cfg, src, c, true, false)
 }
 
 // newShard is NewShard; release says whether strided slices of a
 // PageReleaser's mapped tensors are copied and their pages released (not
-// in process, where the shards share the mapping).
-func newShard(cfg Config, src TensorSource, c comm.Comm, release bool) (*LanguageModel, error) {
+// in process, where the shards share the mapping), pack whether every
+// strided slice is copied (a placed shard's, into memory its thread
+// first touches).
+func newShard(cfg Config, src TensorSource, c comm.Comm, release, pack bool) (*LanguageModel, error) {
 	n, r := c.Size(), c.Rank()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -267,6 +271,7 @@ func newShard(cfg Config, src TensorSource, c comm.Comm, release bool) (*Languag
 	if release {
 		sh.rel, _ = src.(PageReleaser)
 	}
+	sh.pack = pack
 	return build(cfg, src, sh)
 }
 
@@ -364,6 +369,8 @@ func (sh *shardState) split(name string, ls []Linear, byIn bool) error {
 			// near the share too.
 			s = packed(s)
 			sh.rel.ReleasePages(m.Data)
+		} else if sh.pack && s.Stride != 0 {
+			s = packed(s)
 		}
 		*m = s
 	}

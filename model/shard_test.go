@@ -630,3 +630,75 @@ func TestShardErrors(t *testing.T) {
 		}
 	}
 }
+
+// A placed NewTP (TPOptions.Place, as --numa sets it) runs Place once on
+// each of every shard's threads (its goroutine and its pool's workers) and
+// gives the unplaced model's logits bit for bit, over the memory of the
+// whole model's shape (script) and over its own (NewKVMemory, whose rows
+// the shards allocate on their threads). Its strided slices are copied
+// (xai-int8's row-parallel [in, out] matrices are strided).
+func TestTPPlacedEqualsUnplaced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    model.Config
+		src  func(t *testing.T) testmodel.Source
+	}{
+		{"f32", eightKV(), func(t *testing.T) testmodel.Source { return testmodel.Random(eightKV(), 31) }},
+		{"xai-int8", eightKV(), func(t *testing.T) testmodel.Source { return int8Source(t, testmodel.Random(eightKV(), 31), 8) }},
+	} {
+		src := tc.src(t)
+		for _, n := range []int{2, 4} {
+			plain, err := model.NewTP(tc.c, src, n, parallel.New(4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			calls := make([]int, n)
+			placed, err := model.NewTPWith(tc.c, src, n, parallel.New(4), model.TPOptions{Place: func(r int) {
+				mu.Lock()
+				calls[r]++
+				mu.Unlock()
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, got := script(t, plain, 5), script(t, placed, 5)
+			if d := testmodel.MaxAbsDiff(got, want); d != 0 {
+				t.Errorf("%s tp %d: placed logits differ from unplaced by up to %g", tc.name, n, d)
+			}
+			prompt := randTokens(rand.New(rand.NewPCG(3, 3)), 7, tc.c.VocabSize, false)
+			a, b := ownMemoryLogits(t, plain, prompt), ownMemoryLogits(t, placed, prompt)
+			if d := testmodel.MaxAbsDiff(b, a); d != 0 {
+				t.Errorf("%s tp %d: over NewKVMemory, placed logits differ by up to %g", tc.name, n, d)
+			}
+			mu.Lock()
+			for r, k := range calls {
+				if want := max(1, 4/n); k != want { // the goroutine and its pool's other workers
+					t.Errorf("%s tp %d: Place ran %d times for shard %d, want %d", tc.name, n, k, r, want)
+				}
+			}
+			mu.Unlock()
+			plain.Close()
+			placed.Close()
+		}
+	}
+}
+
+// ownMemoryLogits runs prompt and two decode steps through lm over its
+// own NewKVMemory and returns the logits.
+func ownMemoryLogits(t *testing.T, lm *model.LanguageModel, prompt []int) []float32 {
+	t.Helper()
+	mem, err := lm.NewKVMemory(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []float32
+	for _, toks := range [][]int{prompt, {3}, {5}} {
+		out, err := lm.Forward(mem, []model.Input{{Tokens: toks}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, out...)
+	}
+	return all
+}

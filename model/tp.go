@@ -3,9 +3,11 @@ package model
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/grok-go/grok/comm"
+	"github.com/grok-go/grok/internal/numa"
 	"github.com/grok-go/grok/internal/park"
 	"github.com/grok-go/grok/parallel"
 )
@@ -28,18 +30,32 @@ type tpGroup struct {
 	// pending counts the shards' goroutines yet to finish the current call.
 	pending atomic.Int64
 	quit    atomic.Bool
-	park    []*park.Waiter // shard r's goroutine's; park[0] is the caller's
-	closed  bool
+	park    []*park.Waiter // shard r's goroutine's (nil for one the caller runs)
+	caller  *park.Waiter
+	// first is the first shard with a goroutine of its own: 1, shard 0
+	// running on the caller's, or 0 for a placed group (TPOptions.Place),
+	// whose every shard runs on threads of its own.
+	first  int
+	place  func(shard int)
+	logits []float32 // shard 0's, of the current forward call
+	closed bool
 }
 
-// tpCall is one forward call handed to a shard's goroutine.
+// tpCall is one call handed to a shard's goroutine: a forward call, or
+// fn (set-up work on the shard's thread); neither: nothing for this shard.
 type tpCall struct {
 	mem    *KVMemory
 	inputs []Input
+	fn     func(shard int)
 }
 
-// serve runs shard r's forward calls until the group closes.
+// serve runs shard r's calls until the group closes. A placed shard's
+// goroutine keeps its OS thread, which ends with it.
 func (g *tpGroup) serve(r int) {
+	if g.place != nil {
+		runtime.LockOSThread()
+		g.place(r)
+	}
 	var seen uint64
 	for {
 		g.park[r].WaitSpin(func() bool { return g.gen.Load() != seen }, 0)
@@ -47,12 +63,69 @@ func (g *tpGroup) serve(r int) {
 		if g.quit.Load() {
 			return
 		}
-		c := g.calls[r]
-		_, g.errs[r] = g.shards[r].Forward(c.mem, c.inputs)
+		switch c := g.calls[r]; {
+		case c.fn != nil:
+			c.fn(r)
+		case c.inputs != nil:
+			out, err := g.shards[r].Forward(c.mem, c.inputs)
+			g.errs[r] = err
+			if r == 0 {
+				g.logits = out
+			}
+		}
 		if g.pending.Add(-1) == 0 {
-			g.park[0].Wake()
+			g.caller.Wake()
 		}
 	}
+}
+
+// start hands out the calls set in g.calls to the shards' goroutines.
+func (g *tpGroup) start() {
+	g.pending.Store(int64(len(g.park) - g.first))
+	g.gen.Add(1) // publishes the calls
+	for _, w := range g.park[g.first:] {
+		w.Wake()
+	}
+}
+
+// wait returns when the goroutines have finished their calls.
+func (g *tpGroup) wait() {
+	g.caller.WaitSpin(func() bool { return g.pending.Load() == 0 }, 0)
+	clear(g.calls) // do not keep the caller's data alive
+}
+
+// each runs fn(r) for every shard r on the shard's thread (shard 0 on the
+// caller's, unless placed) and returns when all are done; with only ≥ 0,
+// for that shard alone.
+func (g *tpGroup) each(fn func(shard int), only int) {
+	for r := g.first; r < len(g.park); r++ {
+		if only < 0 || only == r {
+			g.calls[r] = tpCall{fn: fn}
+		}
+	}
+	g.start()
+	if g.first == 1 && (only < 0 || only == 0) {
+		fn(0)
+	}
+	g.wait()
+}
+
+// TPOptions tune NewTPWith.
+type TPOptions struct {
+	// Place, if set, places the shards, e.g. on NUMA nodes: it runs first
+	// on each of shard r's threads, each locked to its OS thread (the
+	// shard's own goroutine and its pool's workers), to pin the thread
+	// and set its memory policy (numa.Setup). Every shard, shard 0 too,
+	// then runs on threads of its own, and is built there, so that the
+	// pages of its weights are first read (faulted into the page cache) by
+	// its own threads: the load's checks read some, and every page of its
+	// matrices is touched after. Its strided weight slices (row-parallel
+	// matrices whose rows are cut) are copied into memory its thread
+	// allocates, since their pages are shared with the other shards' in
+	// the file; NewKVMemory allocates and touches each shard's keys and
+	// values on its thread; its scratch is allocated by its threads as it
+	// runs. Pages already in the page cache stay where they are.
+	Place func(shard int)
 }
 
 // NewTP builds the model of cfg over src split into n shards on the model
@@ -65,6 +138,11 @@ func (g *tpGroup) serve(r int) {
 // (the row-parallel products sum in another order). Close releases the
 // shards' threads. n = 1 is a plain shard of one.
 func NewTP(cfg Config, src TensorSource, n int, pool *parallel.Pool) (*LanguageModel, error) {
+	return NewTPWith(cfg, src, n, pool, TPOptions{})
+}
+
+// NewTPWith is NewTP placed as o says.
+func NewTPWith(cfg Config, src TensorSource, n int, pool *parallel.Pool, o TPOptions) (*LanguageModel, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -78,12 +156,16 @@ func NewTP(cfg Config, src TensorSource, n int, pool *parallel.Pool) (*LanguageM
 	for r := range cs {
 		cs[r] = comm.NewCounting(cs[r])
 	}
-	return NewTPComms(cfg, src, cs, pool)
+	return newTP(cfg, src, cs, pool, o)
 }
 
 // NewTPComms is NewTP over the given endpoints of one group (rank r's
 // shard uses cs[r]), e.g. wrapped to count their traffic (comm.Counting).
 func NewTPComms(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Pool) (*LanguageModel, error) {
+	return newTP(cfg, src, cs, pool, TPOptions{})
+}
+
+func newTP(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Pool, o TPOptions) (*LanguageModel, error) {
 	n := len(cs)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -97,25 +179,48 @@ func NewTPComms(cfg Config, src TensorSource, cs []comm.Comm, pool *parallel.Poo
 	if pool == nil {
 		pool = parallel.Default()
 	}
-	g := &tpGroup{errs: make([]error, n), calls: make([]tpCall, n), park: make([]*park.Waiter, n)}
-	for r := range g.park {
-		g.park[r] = park.NewWaiter()
-	}
 	for r, c := range cs {
 		if c.Rank() != r || c.Size() != n {
 			return nil, fmt.Errorf("model: endpoint %d is rank %d of %d", r, c.Rank(), c.Size())
 		}
-		s, err := newShard(cfg, src, c, false)
+	}
+	g := &tpGroup{errs: make([]error, n), calls: make([]tpCall, n), park: make([]*park.Waiter, n),
+		caller: park.NewWaiter(), first: 1, place: o.Place,
+		shards: make([]*LanguageModel, n), pools: make([]*parallel.Pool, n)}
+	if o.Place != nil {
+		g.first = 0
+	}
+	for r := g.first; r < n; r++ {
+		g.park[r] = park.NewWaiter()
+		go g.serve(r)
+	}
+	threads := max(1, pool.Threads()/n)
+	build := func(r int) {
+		s, err := newShard(cfg, src, cs[r], false, o.Place != nil)
 		if err != nil {
+			g.errs[r] = err
+			return
+		}
+		if o.Place != nil {
+			s.Pool = parallel.NewLocked(threads, func(int) { o.Place(r) })
+			for _, m := range s.Mats() {
+				numa.Touch(m.Data)
+			}
+			numa.Touch(s.Embed.W.Data)
+		} else {
+			s.Pool = parallel.New(threads)
+		}
+		g.shards[r], g.pools[r] = s, s.Pool
+	}
+	// One shard at a time (a source need not be safe for concurrent
+	// use), each on its own thread.
+	for r := 0; r < n; r++ {
+		g.each(build, r)
+		if err := g.errs[r]; err != nil {
+			clear(g.errs)
 			g.close()
 			return nil, err
 		}
-		p := parallel.New(max(1, pool.Threads()/n))
-		s.Pool = p
-		g.shards, g.pools = append(g.shards, s), append(g.pools, p)
-	}
-	for r := 1; r < n; r++ {
-		go g.serve(r)
 	}
 	return &LanguageModel{Config: cfg, Pool: pool, tp: g}, nil
 }
@@ -135,11 +240,13 @@ func (g *tpGroup) close() {
 	g.closed = true
 	g.quit.Store(true)
 	g.gen.Add(1)
-	for _, w := range g.park[1:] {
+	for _, w := range g.park[g.first:] {
 		w.Wake()
 	}
 	for _, p := range g.pools {
-		p.Close()
+		if p != nil {
+			p.Close()
+		}
 	}
 }
 
@@ -186,16 +293,52 @@ func (lm *LanguageModel) NewPagedKVMemory(o KVOptions) (*KVMemory, error) {
 	if o.SeqLen <= 0 {
 		o.SeqLen = lm.Config.SequenceLen
 	}
-	m, err := NewPagedKVMemory(&lm.tp.shards[0].Config, o)
+	g := lm.tp
+	if g.first == 1 {
+		m, err := NewPagedKVMemory(&g.shards[0].Config, o)
+		if err != nil {
+			return nil, err
+		}
+		parts := []*KVMemory{m}
+		for _, s := range g.shards[1:] {
+			parts = append(parts, newKVShard(&s.Config, m))
+		}
+		m.shards = parts
+		return m, nil
+	}
+	// Placed: each shard's keys and values are allocated and first
+	// touched on its own thread, the book (and shard 0's) first.
+	parts := make([]*KVMemory, len(g.shards))
+	var err error
+	g.each(func(int) {
+		if parts[0], err = NewPagedKVMemory(&g.shards[0].Config, o); err == nil {
+			parts[0].touch()
+		}
+	}, 0)
 	if err != nil {
 		return nil, err
 	}
-	parts := []*KVMemory{m}
-	for _, s := range lm.tp.shards[1:] {
-		parts = append(parts, newKVShard(&s.Config, m))
-	}
+	m := parts[0]
+	g.each(func(r int) {
+		if r > 0 {
+			p := &KVMemory{Slots: m.Slots, SeqLen: m.SeqLen, KType: m.KType, VType: m.VType, kvBook: m.kvBook}
+			p.allocRows(&g.shards[r].Config, m.Pages())
+			p.touch()
+			parts[r] = p
+		}
+	}, -1)
+	m.mems = append(m.mems, parts[1:]...) // as newKVShard does
 	m.shards = parts
 	return m, nil
+}
+
+// touch writes every page of m's keys and values from this thread, so
+// that pages the allocator left untouched are placed by its policy.
+func (m *KVMemory) touch() {
+	for l := range m.k {
+		numa.TouchWrite(m.k[l])
+		numa.TouchWrite(m.v[l])
+	}
 }
 
 // shardMemories returns the shards' memories for mem: its own if
@@ -249,18 +392,16 @@ func (g *tpGroup) forward(lm *LanguageModel, mem *KVMemory, inputs []Input) ([]f
 	for _, s := range g.shards {
 		s.Precision = lm.Precision // each rank's prefill in the group's precision
 	}
-	for r := 1; r < len(g.shards); r++ {
+	for r := g.first; r < len(g.shards); r++ {
 		g.calls[r] = tpCall{mem: parts[r], inputs: inputs}
 	}
-	g.pending.Store(int64(len(g.shards) - 1))
-	g.gen.Add(1) // publishes the calls
-	for _, w := range g.park[1:] {
-		w.Wake()
+	g.start()
+	if g.first == 1 {
+		g.logits, g.errs[0] = g.shards[0].Forward(parts[0], inputs)
 	}
-	logits, err0 := g.shards[0].Forward(parts[0], inputs)
-	g.park[0].WaitSpin(func() bool { return g.pending.Load() == 0 }, 0)
-	clear(g.calls) // do not keep the caller's inputs alive
-	g.errs[0] = err0
+	g.wait()
+	logits := g.logits
+	g.logits = nil
 	err = nil
 	for _, e := range g.errs {
 		// One rank's failure aborts the group: report the cause, not
