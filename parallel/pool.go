@@ -156,6 +156,19 @@ func (p *Pool) SetThreads(threads int) {
 	p.start(threads)
 }
 
+// SetWorkerSetup restarts the pool's workers as NewLocked's, each locked
+// to its OS thread and calling setup(worker) first (nil: only locked).
+// Call it only while nothing runs on the pool, as SetThreads.
+func (p *Pool) SetWorkerSetup(setup func(worker int)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	threads := p.threads
+	p.stop()
+	p.closed = false
+	p.locked, p.setup = true, setup
+	p.start(threads)
+}
+
 // Close stops the workers. Later loops run on the caller alone.
 func (p *Pool) Close() {
 	p.mu.Lock()

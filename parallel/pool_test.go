@@ -245,7 +245,7 @@ func TestSleepingLoopsDoNotAllocate(t *testing.T) {
 	}
 	asleep()
 	p.Run(len(s.in), 16, s) // first sleeps make the poller's state
-	n, where := allocs.Count(func() {
+	sites := allocs.Count(func() {
 		for i := 0; i < 60; i++ {
 			if i%20 == 10 {
 				runtime.GC()
@@ -254,8 +254,8 @@ func TestSleepingLoopsDoNotAllocate(t *testing.T) {
 			p.Run(len(s.in), 16, s)
 		}
 	})
-	if n != 0 {
-		t.Errorf("60 loops that woke their workers allocated %d objects:\n%s", n, where)
+	if n := sites.Total(); n != 0 {
+		t.Errorf("60 loops that woke their workers allocated %d objects:\n%s", n, sites)
 	}
 }
 
@@ -278,6 +278,23 @@ func TestNewLockedRunsSetup(t *testing.T) {
 	defer mu.Unlock()
 	if len(seen) != 2 || seen[1] != 2 || seen[2] != 1 {
 		t.Errorf("setup ran for workers %v, want map[1:2 2:1]", seen)
+	}
+
+	// SetWorkerSetup gives a running pool's workers a setup.
+	clear(seen)
+	q := New(3)
+	defer q.Close()
+	q.SetWorkerSetup(func(w int) {
+		mu.Lock()
+		seen[w]++
+		mu.Unlock()
+	})
+	mu.Unlock()
+	q.For(4096, double)
+	q.Close()
+	mu.Lock()
+	if len(seen) != 2 || seen[1] != 1 || seen[2] != 1 {
+		t.Errorf("after SetWorkerSetup, setup ran for workers %v, want map[1:1 2:1]", seen)
 	}
 }
 
