@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/grok-go/grok/internal/park"
 )
@@ -299,9 +300,30 @@ func (p *Pool) runRanges(worker int) {
 	}
 }
 
+// pollsPerCheck is how many polls of a spin pass between looks at the
+// clock and yields (a power of two).
+const pollsPerCheck = 1024
+
 // waitDone returns when every range of the current loop has finished.
+// The spin is inline, not park.Waiter.Wait's: a poll through a function
+// value is slower, so fewer waits reach a yield, and other goroutines of
+// the caller's P (a chat's Ctrl-C watcher) wait longer for one.
 func (p *Pool) waitDone() {
-	p.caller.Wait(func() bool { return p.done.Load() == p.total })
+	start := time.Now()
+	for i := 0; p.done.Load() != p.total; i++ {
+		if i&(pollsPerCheck-1) != pollsPerCheck-1 {
+			continue
+		}
+		if time.Since(start) < park.SpinFor {
+			// Yield now and then, not on every poll: a yield costs about
+			// a microsecond, but without any a pool with more threads than
+			// cores would keep runnable goroutines waiting for the spin.
+			runtime.Gosched()
+			continue
+		}
+		p.caller.Sleep(func() bool { return p.done.Load() == p.total })
+		start, i = time.Now(), 0
+	}
 }
 
 // work is a worker goroutine: wait for a new loop, run ranges of it, repeat.
@@ -314,11 +336,30 @@ func (p *Pool) work(w *worker, id int, seen uint64) {
 		}
 	}
 	for {
-		w.park.Wait(func() bool { return p.gen.Load() != seen })
-		seen = p.gen.Load()
+		seen = p.await(w, seen)
 		if p.quit.Load() {
 			return
 		}
 		p.runRanges(id)
+	}
+}
+
+// await returns the loop generation once it differs from seen, spinning
+// for a while (inline, as waitDone) and then sleeping.
+func (p *Pool) await(w *worker, seen uint64) uint64 {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if g := p.gen.Load(); g != seen {
+			return g
+		}
+		if i&(pollsPerCheck-1) != pollsPerCheck-1 {
+			continue
+		}
+		if time.Since(start) < park.SpinFor {
+			runtime.Gosched()
+			continue
+		}
+		w.park.Sleep(func() bool { return p.gen.Load() != seen })
+		start, i = time.Now(), 0
 	}
 }

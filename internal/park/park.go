@@ -65,18 +65,24 @@ func (w *Waiter) WaitSpin(ready func() bool, spin time.Duration) {
 			runtime.Gosched()
 			continue
 		}
-		// Announce the sleep, then look once more: a Wake that came
-		// before the flag was set did not see it.
-		w.sleeping.Store(true)
-		if ready() {
-			if !w.sleeping.CompareAndSwap(true, false) {
-				w.sem.wait() // a Wake saw the flag and posted: take its token
-			}
-			return
-		}
-		w.sem.wait()
+		w.Sleep(ready)
 		start, i = time.Now(), 0
 	}
+}
+
+// Sleep sleeps until Wake, unless ready() reports true: it announces the
+// sleep, then looks once more, since a Wake that came before the
+// announcement did not see it. Callers that poll themselves call it when
+// they are done polling, and look at their condition again after.
+func (w *Waiter) Sleep(ready func() bool) {
+	w.sleeping.Store(true)
+	if ready() {
+		if !w.sleeping.CompareAndSwap(true, false) {
+			w.sem.wait() // a Wake saw the flag and posted: take its token
+		}
+		return
+	}
+	w.sem.wait()
 }
 
 // Wake wakes w if it sleeps in Wait. The flag decides who posts, so that
