@@ -39,6 +39,9 @@ type Options struct {
 	TP   int
 	Pool *parallel.Pool
 	Comm comm.Comm
+	// Place, with TP > 1, places the shards' threads and memory
+	// (model.TPOptions.Place; --numa).
+	Place func(shard int)
 	// WeightsOnly is for callers that read the tensors through Source and
 	// never run the model (grok convert): for safetensors the network is
 	// then not built — LanguageModel holds only the validated Config — so
@@ -95,7 +98,7 @@ func newModel(cfg model.Config, src model.TensorSource, opt Options) (*model.Lan
 	case opt.Comm != nil:
 		return model.NewShard(cfg, mappedSource{src}, opt.Comm)
 	case opt.TP > 1 || opt.TP < 0:
-		return model.NewTP(cfg, src, opt.TP, opt.Pool)
+		return model.NewTPWith(cfg, src, opt.TP, opt.Pool, model.TPOptions{Place: opt.Place})
 	}
 	return model.New(cfg, src)
 }

@@ -66,12 +66,14 @@ func (j *job) open(mf *modelFlags) (*loader.Model, error) {
 		err = usagef("under mpirun, -m MODEL is required (the same path on every host)")
 	case mf.shards() != 1:
 		err = usagef("under mpirun the %d ranks are the shards: --tp %d does not apply", j.c.Size(), mf.shards())
+	case mf.numa != nil && *mf.numa:
+		err = usagef("under mpirun --numa does not apply: bind each rank to a node with mpirun (e.g. --bind-to numa --map-by numa)")
 	}
 	if err != nil {
 		j.agree(cluster.Identity{State: cluster.Failed})
 		return nil, err
 	}
-	opt := mf.options()
+	opt := mf.options(io.Discard)
 	// Counted, so that LanguageModel.Collectives (grok bench) sees the
 	// shard's collectives and the broadcast of each call.
 	cc := comm.NewCounting(j.c)

@@ -168,12 +168,14 @@ func evalLogits(lm *model.LanguageModel, seqs [][]int, incremental bool) ([][]fl
 // modelFlags are the flags every model-using command shares.
 type modelFlags struct {
 	path, tokenizer, preset, ropeScaling *string
-	tp                                   *int // --tp (addTPFlag), or nil: one shard
+	tp                                   *int  // --tp (addTPFlag), or nil: one shard
+	numa                                 *bool // --numa (addTPFlag), or nil
 }
 
-// addTPFlag adds --tp to the commands that run the model.
+// addTPFlag adds --tp and --numa to the commands that run the model.
 func addTPFlag(fs *flag.FlagSet, mf *modelFlags) {
 	mf.tp = fs.Int("tp", 1, "split the model into N shards on its model axis (tensor parallelism), run in this process on the threads divided among them; N must divide the kv heads")
+	mf.numa = fs.Bool("numa", false, numaHelp)
 }
 
 // shards returns --tp's value (1 without the flag).
@@ -184,9 +186,13 @@ func (f *modelFlags) shards() int {
 	return *f.tp
 }
 
-// options are the loader options of the flags.
-func (f *modelFlags) options() loader.Options {
+// options are the loader options of the flags; --numa's notes go to
+// stderr.
+func (f *modelFlags) options(stderr io.Writer) loader.Options {
 	o := loader.Options{TP: f.shards(), Pool: parallel.Default()}
+	if f.numa != nil && *f.numa {
+		o.Place = placeNUMA(numaRoot, o.TP, o.Pool, stderr)
+	}
 	if f.tokenizer != nil {
 		o.Tokenizer = *f.tokenizer
 	}
@@ -214,5 +220,5 @@ func (f *modelFlags) open(stderr io.Writer) (*loader.Model, error) {
 	if *f.path == "" {
 		return nil, usagef("-m MODEL is required")
 	}
-	return loader.Open(*f.path, f.options())
+	return loader.Open(*f.path, f.options(stderr))
 }

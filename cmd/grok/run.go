@@ -131,7 +131,7 @@ func openModel(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
 		if rs := *mf.ropeScaling; rs != "" && rs != "none" {
 			return nil, usagef("--rope-scaling %s needs -m MODEL: the built-in demo model has plain RoPE", rs)
 		}
-		return loader.FromGGUFBytesWith(defaultmodel.GGUF, defaultmodel.Name, mf.options())
+		return loader.FromGGUFBytesWith(defaultmodel.GGUF, defaultmodel.Name, mf.options(stderr))
 	}
 	tty := isTerminal(stderr)
 	start := time.Now()
