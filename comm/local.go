@@ -47,11 +47,12 @@ func (c *local) Rank() int { return c.rank }
 func (c *local) Size() int { return c.g.n }
 
 // barrierSpin is how long a rank polls a barrier before it sleeps: long
-// enough for the skew between shards of one decode step, short because a
-// rank that polls longer takes the core from a shard that is still
-// computing when the shards have more threads than free cores (a 2-core
-// machine's decode under load got slower with park.SpinFor).
-const barrierSpin = 20 * time.Microsecond
+// enough for the usual skew between the shards of a decode step (a sleep
+// and a wake-up through the poller cost tens of microseconds), short
+// because a rank that polls takes the core from a shard still computing
+// when the shards have more threads than free cores (on a loaded 2-core
+// machine decode was slower with park.SpinFor than with this).
+const barrierSpin = 50 * time.Microsecond
 
 // barrier blocks until all n ranks have entered it: a generation counter
 // the last rank to arrive advances. The others poll it, then sleep on a
