@@ -53,11 +53,13 @@ func (s *freeList[T]) Fit(n int) *T {
 
 // Put returns p to the free list.
 func (s *freeList[T]) Put(p *T) {
+	size := 0
+	if s.sizeOf != nil {
+		size = s.sizeOf(p) // before p is in the list: another Get may take it at once
+	}
 	for i := range s.slots {
 		if s.slots[i].Load() == nil && s.slots[i].CompareAndSwap(nil, p) {
-			if s.sizeOf != nil {
-				s.sizes[i].Store(int64(s.sizeOf(p)))
-			}
+			s.sizes[i].Store(int64(size))
 			return
 		}
 	}
