@@ -1,5 +1,10 @@
 package kernels
 
+import (
+	"math"
+	"sync/atomic"
+)
+
 // peakChains is the number of independent FMA chains of the peak loop (the
 // generator's constant of the same name).
 const peakChains = 12
@@ -27,9 +32,10 @@ func FMAPeak(iters int) (flops float64) {
 			a[j] = a[j]*y + x
 		}
 	}
-	peakSink = a[0]
+	peakSink.Store(math.Float32bits(a[0]))
 	return float64(iters) * peakChains * 2
 }
 
-// peakSink keeps the pure-Go loop's result alive.
-var peakSink float32
+// peakSink keeps the pure-Go loop's result alive (atomic: every thread of
+// the probe writes it).
+var peakSink atomic.Uint32
