@@ -205,6 +205,10 @@ func MatMulRowsFast(dst []float32, q *FastActs, t0, t1 int, m *Mat, lo, hi int) 
 	active.fastMatMul(dst, q.a, t0, t1, m, lo, hi)
 }
 
+// fastTokenGroup is the most tokens fastMatMul multiplies at once, whole
+// groups of fastLanes; each group widens the weights again.
+const fastTokenGroup = 128
+
 // fastLanes is the tokens of one activation vector.
 const fastLanes = 16
 
@@ -351,6 +355,16 @@ const fastRows = 16
 // a time. I8 instead adds each span's tiles to dst times the shard's scale
 // (each product rounded, as the exact path does).
 func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, lo, hi int) {
+	if g := fastTokenGroup; t1-t0 > g {
+		// As dotAdd's tokenGroup: past it a span's activations of all the
+		// groups spill from L2 while the rows stream.
+		for s := t0; s < t1; {
+			e := min(t1, (s/g+1)*g)
+			ks.fastMatMul(dst, a, s, e, m, lo, hi)
+			s = e
+		}
+		return
+	}
 	var fam *fastFamily
 	var widen widenKernel
 	if ks != nil && ks.fast != nil {

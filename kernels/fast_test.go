@@ -229,7 +229,7 @@ func TestFastTokenAloneEqualsInBatch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, tm := range fastMats(t, rng) {
 		m := &tm.m
-		const n = 37
+		const n = 150 // past one token group (fastTokenGroup)
 		x := randInputs(rng, n, m.In)
 		for _, impl := range []struct {
 			name string
@@ -241,15 +241,18 @@ func TestFastTokenAloneEqualsInBatch(t *testing.T) {
 			t.Run(fmt.Sprintf("%s_%v_%dx%d", impl.name, m.Type, m.Out, m.In), func(t *testing.T) {
 				batch := make([]float32, n*m.Out)
 				impl.f(batch, x, n)
-				for _, tok := range []int{0, 15, 16, 36} {
+				for _, tok := range []int{0, 15, 16, 36, 127, 128, 149} {
 					alone := make([]float32, m.Out)
 					impl.f(alone, x[tok*m.In:(tok+1)*m.In], 1)
 					checkSameBits(t, alone, batch[tok*m.Out:(tok+1)*m.Out])
 				}
-				// A ragged sub-batch starting at token 5.
-				sub := make([]float32, 20*m.Out)
-				impl.f(sub, x[5*m.In:25*m.In], 20)
-				checkSameBits(t, sub, batch[5*m.Out:25*m.Out])
+				// Ragged sub-batches starting at token 5, one across a
+				// token group's end.
+				for _, k := range []int{20, 140} {
+					sub := make([]float32, k*m.Out)
+					impl.f(sub, x[5*m.In:(5+k)*m.In], k)
+					checkSameBits(t, sub, batch[5*m.Out:(5+k)*m.Out])
+				}
 			})
 		}
 	}
