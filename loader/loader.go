@@ -120,8 +120,28 @@ type Model struct {
 	// keys that were missing and defaulted).
 	Warnings []string
 
-	closers []ioCloser
-	tensors []TensorDesc // for formats other than GGUF
+	closers  []ioCloser
+	tensors  []TensorDesc // for formats other than GGUF
+	replicas []*model.LanguageModel
+}
+
+// Replica builds another network over the model's mapped tensors (a
+// replica of the data axis: `grok serve --dp`), split into tp shards on the
+// model axis as Open's Options.TP does, running on pool's threads. Nothing
+// is copied but what a split copies for each shard; Close closes it.
+func (m *Model) Replica(tp int, pool *parallel.Pool) (*model.LanguageModel, error) {
+	if m.Source == nil || m.LanguageModel == nil {
+		return nil, errors.New("loader: no network to replicate")
+	}
+	lm, err := newModel(m.LanguageModel.Config, m.Source, Options{TP: tp, Pool: pool})
+	if err != nil {
+		return nil, err
+	}
+	if tp <= 1 {
+		lm.Pool = pool
+	}
+	m.replicas = append(m.replicas, lm)
+	return lm, nil
 }
 
 type ioCloser = io.Closer
@@ -136,6 +156,10 @@ func (m *Model) Close() error {
 	if m.LanguageModel != nil {
 		m.LanguageModel.Close() // a sharded model's threads
 	}
+	for _, r := range m.replicas {
+		r.Close()
+	}
+	m.replicas = nil
 	return errors.Join(errs...)
 }
 

@@ -77,6 +77,8 @@ type Engine struct {
 	forwardNs                               atomic.Int64
 	active                                  atomic.Int64
 	pagesFree, pagesCached                  atomic.Int64
+
+	group []*Engine // NewGroup's replicas; the fields above then are the front's
 }
 
 // KVPlan is the KV memory New allocates: the context per slot (the most
@@ -220,6 +222,9 @@ func (e *Engine) Slots() int { return e.opts.Slots }
 
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats {
+	if e.group != nil {
+		return e.statsGroup()
+	}
 	e.mu.Lock()
 	q := len(e.waiting)
 	e.mu.Unlock()
@@ -236,6 +241,9 @@ func (e *Engine) Stats() Stats {
 // Submit validates req and queues it. ctx cancels the request: when it is
 // done, the request's slot is freed at the next step.
 func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
+	if e.group != nil {
+		return e.submitGroup(ctx, req)
+	}
 	V := e.lm.Config.VocabSize
 	if len(req.Prompt) == 0 {
 		return nil, errors.New("runner: the prompt is empty")
@@ -319,6 +327,10 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 // Close stops the engine: waiting and running requests end as cancelled.
 // It returns when the loop has exited.
 func (e *Engine) Close() {
+	if e.group != nil {
+		e.closeGroup()
+		return
+	}
 	e.mu.Lock()
 	if !e.closed {
 		e.closed = true

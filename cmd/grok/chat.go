@@ -176,7 +176,7 @@ func startChat(mf *modelFlags, g *genFlags, fs *flag.FlagSet, tmplFlag, system s
 	if err != nil {
 		return err
 	}
-	eng, err := newEngine(m, g.engineOptions(1), "-c", func(msg string) { fmt.Fprintln(stderr, "note:", msg) })
+	eng, err := newEngine(m, nil, g.engineOptions(1), "-c", func(msg string) { fmt.Fprintln(stderr, "note:", msg) })
 	if err != nil {
 		return err
 	}

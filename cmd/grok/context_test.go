@@ -21,11 +21,11 @@ func TestContextLargerThanMemory(t *testing.T) {
 	var notes []string
 	note := func(s string) { notes = append(notes, s) }
 
-	_, err = newEngine(m, runner.Options{Slots: 1, Context: math.MaxInt32, MemoryLimit: 1 << 30}, "-c", note)
+	_, err = newEngine(m, nil, runner.Options{Slots: 1, Context: math.MaxInt32, MemoryLimit: 1 << 30}, "-c", note)
 	if err == nil || !strings.Contains(err.Error(), "lower the context with -c") || !strings.Contains(err.Error(), "GB") {
 		t.Errorf("explicit context: %v, want an error naming -c", err)
 	}
-	eng, err := newEngine(m, runner.Options{Slots: 2, MemoryLimit: 8 << 20}, "--ctx", note)
+	eng, err := newEngine(m, nil, runner.Options{Slots: 2, MemoryLimit: 8 << 20}, "--ctx", note)
 	if err != nil {
 		t.Fatal(err)
 	}

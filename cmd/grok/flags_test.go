@@ -82,7 +82,7 @@ func TestNewEngineRefusesPaddedVocabulary(t *testing.T) {
 	pm := *m
 	pm.LanguageModel = &padded
 	pm.Config = padded.Config
-	_, err = newEngine(&pm, runner.Options{Context: 8}, "-c", func(string) {})
+	_, err = newEngine(&pm, nil, runner.Options{Context: 8}, "-c", func(string) {})
 	if err == nil || !strings.Contains(err.Error(), "only 4096 pieces") {
 		t.Errorf("newEngine: %v", err)
 	}

@@ -158,17 +158,21 @@ func openModel(mf *modelFlags, stderr io.Writer) (*loader.Model, error) {
 	return m, err
 }
 
-// newEngine starts the runner for m. If the context was left to its default
+// newEngine starts the runner for m (over lms, m's network and its
+// replicas, when not nil). If the context was left to its default
 // and the model's sequence_len did not fit in memory, it says so through
 // note; a KV memory too large for the machine gets an error naming ctxFlag.
-func newEngine(m *loader.Model, o runner.Options, ctxFlag string, note func(string)) (*runner.Engine, error) {
+func newEngine(m *loader.Model, lms []*model.LanguageModel, o runner.Options, ctxFlag string, note func(string)) (*runner.Engine, error) {
 	if m.Tokenizer != nil {
 		// Refused before the KV memory is allocated (see server.CheckVocabulary).
 		if err := server.CheckVocabulary(m.Config.VocabSize, m.Tokenizer.VocabSize()); err != nil {
 			return nil, err
 		}
 	}
-	eng, err := runner.New(m.LanguageModel, m.Tokenizer, o)
+	if lms == nil {
+		lms = []*model.LanguageModel{m.LanguageModel}
+	}
+	eng, err := runner.NewGroup(lms, m.Tokenizer, o)
 	var me *runner.MemoryError
 	if errors.As(err, &me) {
 		if me.Tokens > 0 {
@@ -256,7 +260,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if len(ids) == 0 {
 		return usagef("the prompt is empty")
 	}
-	eng, err := newEngine(m, g.engineOptions(1), "-c", func(msg string) { fmt.Fprintln(stderr, "note:", msg) })
+	eng, err := newEngine(m, nil, g.engineOptions(1), "-c", func(msg string) { fmt.Fprintln(stderr, "note:", msg) })
 	if err != nil {
 		return err
 	}

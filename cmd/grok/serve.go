@@ -16,6 +16,8 @@ import (
 
 	"github.com/grok-go/grok/internal/defaultmodel"
 	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/model"
+	"github.com/grok-go/grok/parallel"
 	"github.com/grok-go/grok/runner"
 	"github.com/grok-go/grok/server"
 )
@@ -36,8 +38,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (or --host and --port)")
 	host := fs.String("host", "127.0.0.1", "address to listen on (llama.cpp's spelling; with --port)")
 	port := fs.Int("port", 8080, "port to listen on (llama.cpp's spelling; with --host)")
-	parallel := fs.Int("parallel", 4, "requests decoded together in one batch (slots); they share the KV memory's pages (--kv-memory)")
-	fs.IntVar(parallel, "np", 4, "same as --parallel")
+	slots := fs.Int("parallel", 4, "requests decoded together in one batch (slots); they share the KV memory's pages (--kv-memory)")
+	fs.IntVar(slots, "np", 4, "same as --parallel")
+	dp := fs.Int("dp", 1, "replicas of the model on the data axis, in this process: the threads (and --parallel's slots and the KV memory) are shared out among them, and each request goes to the replica with the most room; with --tp each replica is split so")
 	ctxLen := fs.Int("ctx", 0, "context per slot in tokens, prompt and completion together (0 = the model's, capped to what fits in memory)")
 	fs.IntVar(ctxLen, "c", 0, "same as --ctx")
 	fs.IntVar(ctxLen, "ctx-size", 0, "same as --ctx")
@@ -86,7 +89,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	compat.notes(fs, stderr)
 	switch {
-	case *parallel < 1:
+	case *slots < 1:
 		return usagef("--parallel must be at least 1")
 	case *ctxLen < 0:
 		return usagef("--ctx must not be negative")
@@ -94,6 +97,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return usagef("--queue must be at least 1")
 	case mf.shards() < 1:
 		return usagef("--tp must be at least 1, got %d", mf.shards())
+	case *dp < 1:
+		return usagef("--dp must be at least 1, got %d", *dp)
+	case *dp > 1 && theJob != nil:
+		return usagef("--dp runs its replicas in one process; under mpirun, start one job per replica")
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -130,7 +137,20 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		<-ctx.Done()
 		stop() // a second signal kills the process at once
 	}()
-	setThreads(*threads)
+	// Each replica gets an even share of the threads: the loaded model
+	// the default pool's, the others pools of their own.
+	perReplica := *threads
+	if perReplica <= 0 {
+		perReplica = parallel.DefaultThreads()
+	}
+	perReplica = max(1, perReplica / *dp)
+	setThreads(perReplica)
+	var pools []*parallel.Pool
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
 	// The model is handed over when loaded, to be closed after the engine;
 	// if a signal comes while it is still loading, the process just exits.
 	loaded := make(chan *loader.Model, 1)
@@ -140,9 +160,20 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return server.Model{}, err
 		}
-		eo := runner.Options{Slots: *parallel, Context: *ctxLen, MaxQueue: *queue, Precision: precision.p}
+		eo := runner.Options{Slots: *slots, Context: *ctxLen, MaxQueue: *queue, Precision: precision.p}
 		kv.apply(&eo)
-		eng, err := newEngine(m, eo, "--ctx (or fewer --parallel slots)", func(msg string) { log.Warn(msg) })
+		lms := []*model.LanguageModel{m.LanguageModel}
+		for range *dp - 1 {
+			p := parallel.New(perReplica)
+			pools = append(pools, p)
+			r, err := m.Replica(mf.shards(), p)
+			if err != nil {
+				m.Close()
+				return server.Model{}, err
+			}
+			lms = append(lms, r)
+		}
+		eng, err := newEngine(m, lms, eo, "--ctx (or fewer --parallel slots)", func(msg string) { log.Warn(msg) })
 		if err != nil {
 			m.Close()
 			return server.Model{}, err
@@ -156,7 +187,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		loaded <- m
 		src, _, _ := fileChatTemplate(m)
 		log.Info("model loaded", "path", m.Path, "took", time.Since(start).Round(time.Millisecond),
-			"slots", *parallel, "context", eng.Context(), "kv_memory", kvSummary(eng.KV()), "chat_template", tmpl.Name())
+			"slots", eng.Slots(), "replicas", eng.Replicas(), "context", eng.Context(), "kv_memory", kvSummary(eng.KV()), "chat_template", tmpl.Name())
 		return server.Model{Engine: eng, ChatTemplate: src, Template: tmpl, Info: modelInfo(m)}, nil
 	})
 	select {

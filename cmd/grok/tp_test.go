@@ -60,6 +60,7 @@ func TestTPFlag(t *testing.T) {
 	}{
 		{[]string{"run", "--tp", "0", "-n", "1", "x"}, 2, []string{"--tp must be at least 1, got 0"}},
 		{[]string{"serve", "--tp", "-1"}, 2, []string{"--tp must be at least 1, got -1"}},
+		{[]string{"serve", "--dp", "0"}, 2, []string{"--dp must be at least 1, got 0"}},
 		{[]string{"logits", "-m", tiny, "--tp", "3", "--tokens", "1"}, 1, []string{"--tp 3:", "3 shards are more than the model's 2 kv heads"}},
 		{[]string{"bench", "-m", tiny, "--tp", "4"}, 1, []string{"--tp 4:", "more than the model's 2 kv heads"}},
 		{[]string{"logits", "-m", "../../testdata/grok-k256/grok-k256-Q4_K_M.gguf", "--tp", "2", "--tokens", "1"}, 1,
