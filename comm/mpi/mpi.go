@@ -341,10 +341,17 @@ func (c *Comm) Barrier() error {
 	return c.wait("MPI_Ibarrier")
 }
 
+// Past these, a wait counts as idle (a follower between requests) and
+// sleeps idleSleep between polls.
+const (
+	idleAfter = 100 * time.Millisecond
+	idleSleep = 10 * time.Millisecond
+)
+
 // wait polls the request in flight until it completes. It spins for the
 // first Spin (a decode step's collectives complete within it when the
-// ranks are level), then naps between polls, and sleeps 10 ms at a time
-// once it has waited 100 ms (an idle follower): on a host with more runnable threads
+// ranks are level), then naps between polls, and sleeps idleSleep at a
+// time once it has waited idleAfter: on a host with more runnable threads
 // than cores, spinning or yielding takes the core from the very peer being
 // waited for. Past the Timeout it reports and aborts the job: the request
 // cannot be cancelled, and the other ranks are stuck in the same collective.
@@ -375,10 +382,10 @@ func (c *Comm) wait(what string) error {
 		}
 		switch {
 		case el < c.Spin:
-		case el < 100*time.Millisecond:
+		case el < idleAfter:
 			syscall.Nanosleep(&c.nap, nil) // see nap
-		default: // idle: a follower between requests
-			time.Sleep(10 * time.Millisecond)
+		default:
+			time.Sleep(idleSleep)
 		}
 	}
 }
