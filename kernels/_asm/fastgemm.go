@@ -241,6 +241,16 @@ func widenText(name, doc string) (dst, ds, w, ldw, rows, nb Register) {
 
 // widenNextRow ends a widening kernel's row loop (label "row") and the
 // function: the next weight row, until rows are done.
+// widenNextSuperBlock ends a widening kernel's super-block loop: each
+// pointer advances by its step in bytes, and j counts the super-blocks down.
+func widenNextSuperBlock(j Register, ptrs []Register, steps []int) {
+	for i, p := range ptrs {
+		ADDQ(U32(steps[i]), p)
+	}
+	DECQ(j)
+	JNZ(LabelRef("sb"))
+}
+
 func widenNextRow(w, ldw, rows Register) {
 	ADDQ(ldw, w)
 	DECQ(rows)
@@ -510,12 +520,7 @@ func genWidenQK(q5 bool) string {
 		VXORPS(sign, fm, fm)
 		VMOVSS(fm, Mem{Base: dm, Disp: 4 * jj})
 	}
-	ADDQ(U32(sbBytes), p)
-	ADDQ(U32(8*64), dst)
-	ADDQ(U32(32), ds)
-	ADDQ(U32(32), dm)
-	DECQ(j)
-	JNZ(LabelRef("sb"))
+	widenNextSuperBlock(j, []Register{p, dst, ds, dm}, []int{sbBytes, 8 * 64, 32, 32})
 	widenNextRow(w, ldw, rows)
 	return name
 }
@@ -585,11 +590,7 @@ func genWidenQ6K() string {
 	VCVTDQ2PS(sc, sc)
 	VMULPS(sc, d, sc) // d·sc, rounded
 	VMOVUPS(sc, Mem{Base: ds})
-	ADDQ(U32(210), p)
-	ADDQ(U32(8*64), dst)
-	ADDQ(U32(64), ds)
-	DECQ(j)
-	JNZ(LabelRef("sb"))
+	widenNextSuperBlock(j, []Register{p, dst, ds}, []int{210, 8 * 64, 64})
 	widenNextRow(w, ldw, rows)
 	return name
 }
@@ -655,11 +656,7 @@ func genWidenIQ4XS() string {
 		VMULSS(f, d, f) // d·(ls-32)
 		VMOVSS(f, Mem{Base: ds, Disp: 4 * ib})
 	}
-	ADDQ(U32(136), p)
-	ADDQ(U32(8*64), dst)
-	ADDQ(U32(32), ds)
-	DECQ(j)
-	JNZ(LabelRef("sb"))
+	widenNextSuperBlock(j, []Register{p, dst, ds}, []int{136, 8 * 64, 32})
 	widenNextRow(w, ldw, rows)
 	return name
 }
@@ -754,11 +751,7 @@ func genWidenQ3K() string {
 	VBROADCASTSS(dx, d)
 	VMULPS(sc, d, sc) // d·(sc-32), rounded
 	VMOVUPS(sc, Mem{Base: ds})
-	ADDQ(U32(110), p)
-	ADDQ(U32(8*64), dst)
-	ADDQ(U32(64), ds)
-	DECQ(j)
-	JNZ(LabelRef("sb"))
+	widenNextSuperBlock(j, []Register{p, dst, ds}, []int{110, 8 * 64, 64})
 	widenNextRow(w, ldw, rows)
 	return name
 }
@@ -827,12 +820,7 @@ func genWidenQ2K() string {
 	VPXORD(sign, mn, mn) // negated
 	VMOVUPS(sc, Mem{Base: ds})
 	VMOVUPS(mn, Mem{Base: dm})
-	ADDQ(U32(84), p)
-	ADDQ(U32(8*64), dst)
-	ADDQ(U32(64), ds)
-	ADDQ(U32(64), dm)
-	DECQ(j)
-	JNZ(LabelRef("sb"))
+	widenNextSuperBlock(j, []Register{p, dst, ds, dm}, []int{84, 8 * 64, 64, 64})
 	widenNextRow(w, ldw, rows)
 	return name
 }
