@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/grok-go/grok/comm"
@@ -170,21 +169,15 @@ func TestTPRanksOverMappedFile(t *testing.T) {
 					t.Fatalf("rank %d: Sharding %+v", r, sh)
 				}
 			}
-			got := make([][]float32, 2)
-			errs := make([]error, 2)
-			var wg sync.WaitGroup
+			lms := make([]*model.LanguageModel, len(ranks))
 			for r := range ranks {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					got[r], errs[r] = testmodel.FullLogits(ranks[r].LanguageModel, toks)
-				}()
+				lms[r] = ranks[r].LanguageModel
 			}
-			wg.Wait()
+			got, err := testmodel.RankLogits(lms, toks)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for r := range ranks {
-				if errs[r] != nil {
-					t.Fatal(errs[r])
-				}
 				if d := testmodel.MaxAbsDiff(got[r], want); d != 0 {
 					t.Errorf("rank %d: max |Δ| = %g from the in-process split, want the same bits", r, d)
 				}

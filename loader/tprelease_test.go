@@ -3,7 +3,6 @@ package loader_test
 import (
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/grok-go/grok/comm"
@@ -11,6 +10,7 @@ import (
 	"github.com/grok-go/grok/internal/fixtures"
 	"github.com/grok-go/grok/internal/testmodel"
 	"github.com/grok-go/grok/loader"
+	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
 )
 
@@ -50,21 +50,15 @@ func TestTPRanksOverRelease(t *testing.T) {
 			t.Errorf("rank %d: %d bytes joined", r, n)
 		}
 	}
-	got := make([][]float32, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
+	lms := make([]*model.LanguageModel, len(ranks))
 	for r := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got[r], errs[r] = testmodel.FullLogits(ranks[r].LanguageModel, toks)
-		}()
+		lms[r] = ranks[r].LanguageModel
 	}
-	wg.Wait()
+	got, err := testmodel.RankLogits(lms, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for r := range ranks {
-		if errs[r] != nil {
-			t.Fatal(errs[r])
-		}
 		if d := testmodel.MaxAbsDiff(got[r], want); d != 0 {
 			t.Errorf("rank %d: max |Δ| = %g from the in-process split, want the same bits", r, d)
 		}

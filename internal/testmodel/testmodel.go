@@ -3,9 +3,11 @@
 package testmodel
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/tensor"
@@ -119,6 +121,23 @@ func FullLogits(lm *model.LanguageModel, tokens []int) ([]float32, error) {
 	}
 	out, err := lm.Forward(mem, []model.Input{{Slot: 0, Tokens: tokens, AllLogits: true}})
 	return append([]float32(nil), out...), err
+}
+
+// RankLogits is FullLogits of every rank's shard at once, each on its own
+// goroutine, as the ranks of a group must run their collectives together.
+func RankLogits(ranks []*model.LanguageModel, tokens []int) ([][]float32, error) {
+	got := make([][]float32, len(ranks))
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for r, lm := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[r], errs[r] = FullLogits(lm, tokens)
+		}()
+	}
+	wg.Wait()
+	return got, errors.Join(errs...)
 }
 
 // MaxAbsDiff is max |a[i] - b[i]|, +Inf on length mismatch or NaN.
