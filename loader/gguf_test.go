@@ -59,11 +59,9 @@ func rewriteFrom(t *testing.T, path string, kv map[string]any, q4k, drop string)
 			})
 			continue
 		}
-		data, _ := src.TensorBytes(ti.Name)
-		w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(w io.Writer) error {
-			_, err := w.Write(data)
-			return err
-		})
+		if err := w.AddTensorOf(src, ti); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out := filepath.Join(t.TempDir(), "m.gguf")
 	if err := w.WriteFile(out); err != nil {

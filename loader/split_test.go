@@ -2,7 +2,6 @@ package loader
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -39,12 +38,7 @@ func ggufCopy(t *testing.T, f *gguf.File) *gguf.Writer {
 		}
 	}
 	for _, ti := range f.Tensors {
-		data, _ := f.TensorBytes(ti.Name)
-		err := w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(w io.Writer) error {
-			_, err := w.Write(data)
-			return err
-		})
-		if err != nil {
+		if err := w.AddTensorOf(f, ti); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,7 +2,6 @@ package loader_test
 
 import (
 	"encoding/json"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -42,11 +41,9 @@ func withYarnKeys(t *testing.T, path string) string {
 		w.AddKV(kv.k, kv.v)
 	}
 	for _, ti := range src.Tensors {
-		data, _ := src.TensorBytes(ti.Name)
-		w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(w io.Writer) error {
-			_, err := w.Write(data)
-			return err
-		})
+		if err := w.AddTensorOf(src, ti); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out := filepath.Join(t.TempDir(), "yarn.gguf")
 	if err := w.WriteFile(out); err != nil {

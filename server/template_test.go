@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"io"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -33,8 +32,7 @@ func withChatTemplate(t *testing.T, tmpl string) *loader.Model {
 		t.Fatal(err)
 	}
 	for _, ti := range f.Tensors {
-		data, _ := f.TensorBytes(ti.Name)
-		if err := w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(out io.Writer) error { _, err := out.Write(data); return err }); err != nil {
+		if err := w.AddTensorOf(f, ti); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,11 +33,9 @@ func withYarnKeys(t *testing.T) string {
 		w.AddKV(k, v)
 	}
 	for _, ti := range src.Tensors {
-		data, _ := src.TensorBytes(ti.Name)
-		w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(w io.Writer) error {
-			_, err := w.Write(data)
-			return err
-		})
+		if err := w.AddTensorOf(src, ti); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out := filepath.Join(t.TempDir(), "yarn.gguf")
 	if err := w.WriteFile(out); err != nil {

@@ -254,15 +254,7 @@ func rewrite(t testing.TB, f *File) ([]byte, error) {
 		}
 	}
 	for _, ti := range f.Tensors {
-		data, ok := f.TensorBytes(ti.Name)
-		if !ok {
-			t.Fatalf("TensorBytes(%q) failed", ti.Name)
-		}
-		err := w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(w io.Writer) error {
-			_, err := w.Write(data)
-			return err
-		})
-		if err != nil {
+		if err := w.AddTensorOf(f, ti); err != nil {
 			return nil, err
 		}
 	}
@@ -280,6 +272,9 @@ func TestRewriteFixtures(t *testing.T) {
 			must(t, err)
 			b, err := rewrite(t, f)
 			must(t, err)
+			if err := NewWriter().AddTensorOf(f, TensorInfo{Name: "no.such.weight"}); err == nil || !strings.Contains(err.Error(), "not in the file") {
+				t.Errorf("AddTensorOf a tensor the file lacks: %v", err)
+			}
 			g, err := Parse(b)
 			must(t, err)
 			if !reflect.DeepEqual(f.Metadata, g.Metadata) {

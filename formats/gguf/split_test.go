@@ -3,7 +3,6 @@ package gguf
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -30,11 +29,7 @@ func copyWriter(t testing.TB, f *File) *Writer {
 		must(t, w.AddKV(kv.Key, kv.Value))
 	}
 	for _, ti := range f.Tensors {
-		data, _ := f.TensorBytes(ti.Name)
-		must(t, w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(w io.Writer) error {
-			_, err := w.Write(data)
-			return err
-		}))
+		must(t, w.AddTensorOf(f, ti))
 	}
 	return w
 }

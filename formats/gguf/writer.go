@@ -135,6 +135,20 @@ func (w *Writer) AddGGMLTensor(name string, typ GGMLType, ne []int64, size int64
 	return nil
 }
 
+// AddTensorOf appends f's tensor ti as it is stored (type, dimensions and
+// bytes, written from f's mapped data), so that a file can be copied with
+// other metadata. f must stay open until the writer has written.
+func (w *Writer) AddTensorOf(f *File, ti TensorInfo) error {
+	data, ok := f.TensorBytes(ti.Name)
+	if !ok {
+		return w.fail(fmt.Errorf("gguf: tensor %q is not in the file (or the file is closed)", ti.Name))
+	}
+	return w.AddGGMLTensor(ti.Name, ti.Type, ti.Dims, ti.Size, func(out io.Writer) error {
+		_, err := out.Write(data)
+		return err
+	})
+}
+
 // alignment returns the data alignment the file will use.
 func (w *Writer) alignment() int64 {
 	for _, kv := range w.kvs {
