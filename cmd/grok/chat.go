@@ -208,6 +208,9 @@ type chatSession struct {
 	in        io.Reader
 	out, errw io.Writer
 	interrupt <-chan struct{}
+	// cancelled, if set, is called once an interrupt has cancelled the
+	// answer (tests wait for it before letting the engine go on).
+	cancelled func()
 
 	params     sampler.Params
 	randomSeed bool
@@ -646,6 +649,9 @@ func (c *chatSession) reply(user string) {
 		case <-c.interrupt:
 			interrupted.Store(true)
 			cancel()
+			if c.cancelled != nil {
+				c.cancelled()
+			}
 		case <-done:
 		}
 	}()
