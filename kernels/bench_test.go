@@ -227,7 +227,7 @@ func BenchmarkGEMVDecode(b *testing.B) {
 	types := []tensor.DType{tensor.Q4_K, tensor.Q6_K, tensor.Q5_K, tensor.Q4_0, tensor.Q2_K, tensor.Q3_K,
 		tensor.Q5_0, tensor.Q4_1, tensor.Q5_1, tensor.IQ4_XS, tensor.IQ4_NL, tensor.Q8_0,
 		tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_XXS, tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_S, tensor.IQ1_M}
-	for _, shape := range []struct{ out, in int }{{4096, 1536}, {1536, 4096}} {
+	for _, shape := range []struct{ out, in int }{{4096, 1536}, {1536, 4096}, {2048, 6144}, {512, 32768}} {
 		for _, dt := range types {
 			name := fmt.Sprintf("%dx%d/%v", shape.out, shape.in, dt)
 			rb, _ := dt.RowBytes(shape.in)

@@ -87,13 +87,15 @@ func interleaved(a arch, k dqkind, R, T int) bool {
 
 // fusedShape is the tile of the fused kernels: the F32 family's (so that
 // they serve every decode-sized n the two-pass path serves), with R = 4.
-// fusedPrefetch is how far ahead of each row's block a fused kernel
-// prefetches. The rows of a matrix lie end to end, so the tile's rows
-// together prefetch the 4 KiB after the tile's start: farther than the
-// next tile for rows under 1 KiB (a Q2_K or Q4_K row of 1536), where
-// prefetching the next tile's rows streamed 15-35 % slower (figures:
-// bench/README.md).
-const fusedPrefetch = 4096
+//
+// fusedLead is how far ahead, in bytes of weights consumed, a fused kernel
+// prefetches: each row prefetches the same row of the first tile of rows
+// at least fusedLead bytes ahead, at the offset it reads, so that the
+// prefetches follow the order the tiles consume the matrix whatever its
+// row length. A fixed distance within the address space instead fell in
+// rows already being read (rows longer than the distance but not four
+// times it) or too few bytes ahead (short rows). Figures: bench/README.md.
+const fusedLead = 16384
 
 func fusedShape(a arch) dotShape { return dotShapes(a, wF32) }
 
@@ -165,12 +167,13 @@ func genFused(a arch, k dqkind, R, T int) {
 		three = a.vec()
 		VPBROADCASTD((&dq{a: a}).c(3), three)
 	}
+	pf := prefetchAhead(w, R)
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
 	Label("loop")
 	for r := 0; r < R; r++ {
 		for off := 0; off < bytes; off += 64 {
-			PREFETCHT0(w.at(r, fusedPrefetch+off))
+			PREFETCHT0(pf.at(r, off))
 		}
 	}
 	rows := make([]*dq, R)
@@ -215,7 +218,27 @@ func genFused(a arch, k dqkind, R, T int) {
 		}
 	}
 	w.advance(bytes)
+	pf.advance(bytes)
 	x.advance(4 * E)
 	a.nextWith(n, "reduce", span, "loop", acc, reduce)
 	a.finishWith(reduce)
+}
+
+// prefetchAhead returns the rows of w k·R rows ahead, k the fewest tiles
+// of R rows that span fusedLead bytes (at least one).
+func prefetchAhead(w *strided, R int) *strided {
+	tile, d := GP64(), GP64()
+	MOVQ(w.stride, tile)
+	if R > 1 {
+		IMUL3Q(U32(R), tile, tile)
+	}
+	MOVQ(tile, d)
+	Label("lead")
+	CMPQ(d, U32(fusedLead))
+	JAE(LabelRef("ahead"))
+	ADDQ(tile, d)
+	JMP(LabelRef("lead"))
+	Label("ahead")
+	ADDQ(w.base, d)
+	return &strided{base: d, stride: w.stride, stride3: w.stride3, rows: w.rows}
 }
