@@ -233,6 +233,8 @@ func prefetchAhead(w *strided, R int) *strided {
 		IMUL3Q(U32(R), tile, tile)
 	}
 	MOVQ(tile, d)
+	TESTQ(d, d) // a stride of 0 (one row) has nothing ahead
+	JZ(LabelRef("ahead"))
 	Label("lead")
 	CMPQ(d, U32(fusedLead))
 	JAE(LabelRef("ahead"))
