@@ -262,3 +262,40 @@ func TestFusedEqualsTwoPass(t *testing.T) {
 		}
 	})
 }
+
+// A fused kernel given a row stride of 0 (one row read again) ends, each
+// of its rows with the bits of that row at its true stride: its prefetch
+// lead counts tiles of rows, and a tile of 0 bytes spans no lead.
+func TestFusedZeroStride(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		ks := active
+		if ks == nil {
+			t.Skip("no fused kernels in pure Go")
+		}
+		rng := rand.New(rand.NewPCG(13, 14))
+		for _, c := range dqTypes {
+			fam := ks.fusedFamily(c.dt)
+			if fam == nil {
+				continue
+			}
+			const in = 2048
+			m := randBlockMat(t, rng, c.dt, 1, in)
+			rb := m.stride()
+			x := randInputs(rng, 1, in)
+			var want [1]float32
+			fam.one[0].call(&m.Data[0], rb, &x[0], 4*in, in/fam.E, &want[0], 4, nil)
+			for _, k := range []struct {
+				rows int
+				call dotKernel
+			}{{1, fam.one[0]}, {fam.R, fam.full[0]}} {
+				got := make([]float32, k.rows)
+				k.call.call(&m.Data[0], 0, &x[0], 4*in, in/fam.E, &got[0], 4*k.rows, nil)
+				for r := range got {
+					if math.Float32bits(got[r]) != math.Float32bits(want[0]) {
+						t.Fatalf("%v: output %d at stride 0 is %g, the row at stride %d gives %g", c.dt, r, got[r], rb, want[0])
+					}
+				}
+			}
+		}
+	})
+}
