@@ -37,7 +37,7 @@ func init() {
 		levels = append(levels, s)
 		if x.HasAVX512VNNI {
 			v := *s
-			v.name, v.int8, v.fast, v.widen, v.quant16 = "AVX512VNNI", &intVNNI, &fastVNNI, &widenVNNI, quant16VNNI
+			v.name, v.int8, v.fast, v.widen, v.quant16, v.quantS16 = "AVX512VNNI", &intVNNI, &fastVNNI, &widenVNNI, quant16VNNI, quantS16VNNI
 			levels = append(levels, &v)
 		}
 	}

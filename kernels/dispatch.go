@@ -78,6 +78,10 @@ type (
 	// quant16Kernel quantises nb blocks of one token into its lane of a
 	// fastActs group (quantizeBlock16): (x *float32, nb int, dst *byte).
 	quant16Kernel uint16
+	// quantS16Kernel divides nb blocks of 32 float32 weights by their
+	// scales to 32 int16s a block (quantizeScaled): (x *float32, nb int,
+	// dst *byte, ds *float32).
+	quantS16Kernel uint16
 	// dequantKernel decodes n whole blocks of its type at src into float32
 	// at dst, with tensor.DequantizeRow's bits: (dst *float32, src *byte,
 	// n int).
@@ -206,6 +210,8 @@ type kernelSet struct {
 	fast    *fastFamily
 	widen   *[numFK]widenKernel
 	quant16 quant16Kernel
+	// quantS16 widens the weights fastMatMul decodes to float32 first.
+	quantS16 quantS16Kernel
 	// fused multiplies blocks of the dequantisers' types without scratch
 	// for decode (dequantMatMul); a family without kernels (or a nil
 	// table) leaves the type to the two-pass path.

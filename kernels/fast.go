@@ -18,11 +18,12 @@ const (
 	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
 	// weights are blocks of 32 small integers times one scale, less a
 	// min, or a scale per 16 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-	// IQ4_XS, Q2_K–Q6_K; [out, in] I8) and the CPU
-	// has AVX-512 VNNI;
-	// everything else runs as Exact. Each token is quantised alone and
-	// its sums follow a fixed grid, so its bits still do not depend on its
-	// batch.
+	// IQ4_XS, Q2_K–Q6_K; [out, in] I8) or small integers once decoded
+	// (the codebook i-quants: codebookFactor), and the CPU has AVX-512
+	// VNNI; everything else runs as Exact (F32, F16 and BF16 weights
+	// requantised to int16 ran slower than exact). Each token is quantised
+	// alone and its sums follow a fixed grid, so its bits still do not
+	// depend on its batch.
 	Fast
 )
 
@@ -49,7 +50,56 @@ func ParsePrecision(s string) (Precision, bool) {
 // integers under Fast on this machine (else they run as Exact).
 func FastTypes(t tensor.DType) bool {
 	ks := active
-	return ks != nil && ks.fast != nil && fastKind(t) >= 0
+	return ks != nil && ks.fast != nil && (fastKind(t) >= 0 || codebookFactor(t) > 0)
+}
+
+// fastWeightMax bounds the integers the codebook i-quants widen to: a
+// block's 32 products with int16 activations then sum to at most
+// 32·2047·32767 < 2^31 in VPDPWSSD's int32 lanes.
+const fastWeightMax = 2047
+
+// codebookFactor is the F of a codebook i-quant, whose fast product
+// decodes each tile's rows as the exact path does and divides them by
+// their super-block's d/F, which gives integers of at most fastWeightMax
+// exactly, d its fp16 scale (ggml's formulas, tensor/dequant_iq.go:
+// IQ3_S d·(1+2s)·g, g ≤ 15; IQ3_XXS d·(0.5+s)·0.5·g, g ≤ 62; IQ2_XXS, IQ2_XS and IQ2_S
+// d·(0.5+s)·0.25·g, g ≤ 43; IQ1_S and IQ1_M d·(2s+1)·(g±1/8), |g| ≤ 1;
+// every product exact in float32). 0 for the other types.
+func codebookFactor(t tensor.DType) float32 {
+	switch t {
+	case tensor.IQ3_S:
+		return 1
+	case tensor.IQ3_XXS:
+		return 4
+	case tensor.IQ2_XXS, tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_S, tensor.IQ1_M:
+		return 8
+	}
+	return 0
+}
+
+// codebookScale is d/F of the codebook block b (codebookFactor).
+func codebookScale(t tensor.DType, b []byte) float32 {
+	h := uint16(b[0]) | uint16(b[1])<<8
+	if t == tensor.IQ1_M {
+		// The fp16 d in the top nibbles of the four scale words at 48.
+		sc := func(i int) uint16 { return uint16(b[48+2*i]) | uint16(b[49+2*i])<<8 }
+		h = sc(0)>>12 | sc(1)>>8&0x00f0 | sc(2)>>4&0x0f00 | sc(3)&0xf000
+	}
+	return tensor.HalfToFloat(h) / codebookFactor(t)
+}
+
+// quantizeScaled is the widening of the codebook i-quants: q = x/d for the
+// 32 weights x of a block of scale d, each quotient exact (the weights are
+// d times integers); all zero for a d of zero or not finite.
+func quantizeScaled(q []int16, x []float32, d float32) {
+	q = q[:32]
+	clear(q)
+	if d == 0 || math.IsInf(float64(d), 0) || d != d {
+		return
+	}
+	for j, v := range x[:32] {
+		q[j] = int16(min(max(int32(math.RoundToEven(float64(v/d))), math.MinInt16), math.MaxInt16))
+	}
 }
 
 // Weight types the fast product widens (widenKernel), in the generator's
@@ -119,7 +169,12 @@ func hasMins(t tensor.DType) bool {
 // stay exact), I8 shards whole blocks of 32 (so that no activation block
 // straddles two scales).
 func fastFor(m *Mat) bool {
-	if m.Transposed || m.Parts != nil || fastKind(m.Type) < 0 {
+	switch {
+	case m.Transposed || m.Parts != nil:
+		return false
+	case codebookFactor(m.Type) > 0:
+		return true
+	case fastKind(m.Type) < 0:
 		return false
 	}
 	return m.Type != tensor.I8 || (m.In/m.Shards)%32 == 0
@@ -367,8 +422,12 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	var fam *fastFamily
 	var widen widenKernel
+	decoded := codebookFactor(m.Type) > 0
 	if ks != nil && ks.fast != nil {
-		fam, widen = ks.fast, ks.widen[fastKind(m.Type)]
+		fam = ks.fast
+		if !decoded {
+			widen = ks.widen[fastKind(m.Type)]
+		}
 	}
 	In, Out := m.In, m.Out
 	rb := m.stride()
@@ -399,14 +458,24 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	wp := getBytes(R * span * 64)
 	defer bytePool.Put(wp)
 	ws := *wp
+	var fs []float32 // codebook types: a tile's rows as float32
+	if decoded {
+		fp := getScratch(R * span * 32)
+		defer scratchPool.Put(fp)
+		fs = *fp
+	}
 	// tile widens rows [r0, r0+rows) of the block starting at p0, blocks
 	// [kb, kb+nb), and runs the kernel (or its twin) over every group.
 	tile := func(p0, r0, rows, kb, nb int) {
 		w := m.Data[r0*rb+weightOffset(m.Type, kb*32):]
-		if fam != nil {
+		switch {
+		case decoded:
+			_ = w[(rows-1)*rb+weightOffset(m.Type, nb*32)-1]
+			ks.widenDecoded(ws, ds, fs, w, rb, m.Type, rows, nb)
+		case fam != nil:
 			_ = w[(rows-1)*rb+weightOffset(m.Type, nb*32)-1] // the kernel reads these bytes
 			widen.call(&ws[0], &ds[0], &w[0], rb, rows, nb)
-		} else {
+		default:
 			widenRef(ws, ds, w, rb, m.Type, rows, nb)
 		}
 		dm := ds[parts*rows*nb:] // mins, for the types with mins
@@ -504,6 +573,42 @@ func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
 	}
 }
 
+// widenDecoded widens nb blocks of each of rows rows of a codebook i-quant
+// t (stride ldw bytes) as widenRef lays them out: each row decoded to
+// float32 in fs with the exact path's decoders, then divided by its
+// super-blocks' d/F (quantizeScaled), with the level's kernels when it has
+// them (ks nil: all in Go).
+func (ks *kernelSet) widenDecoded(ws []byte, ds, fs []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
+	n := nb * 32
+	per, bb := t.BlockSize()/32, t.BlockBytes()
+	for r := 0; r < rows; r++ {
+		row := w[r*ldw:]
+		f := fs[r*n : (r+1)*n]
+		for b := 0; b < nb; b += per {
+			d := codebookScale(t, row[b/per*bb:])
+			for j := range per {
+				ds[r*nb+b+j] = d
+			}
+		}
+		if ks != nil && ks.quantS16 != 0 {
+			ks.decodeBlocks(f, t, row)
+			ks.quantS16.call(&f[0], nb, &ws[r*nb*64], &ds[r*nb])
+			continue
+		}
+		if err := tensor.DecodeRow(f, t, row[:nb/per*bb]); err != nil {
+			panic(err) // unreachable: Validate checked the sizes
+		}
+		var q [32]int16
+		for b := 0; b < nb; b++ {
+			quantizeScaled(q[:], f[32*b:32*(b+1)], ds[r*nb+b])
+			o := ws[(r*nb+b)*64:]
+			for j, v := range q {
+				o[2*j], o[2*j+1] = byte(v), byte(uint16(v)>>8)
+			}
+		}
+	}
+}
+
 // widenRef is widenKernel in Go: nb blocks of each of rows weight rows of
 // type t (a fastKind; stride ldw bytes) as int16 at ws (row r, block b at
 // (r·nb+b)·64 bytes) and their scales at ds[r·nb+b]: Q8_0 and I8 the
@@ -514,6 +619,10 @@ func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
 // ds[rows·nb+r·nb+b]. tensor.DecodeRow gives d times these integers (plus
 // the min).
 func widenRef(ws []byte, ds []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
+	if codebookFactor(t) > 0 {
+		(*kernelSet)(nil).widenDecoded(ws, ds, make([]float32, rows*nb*32), w, ldw, t, rows, nb)
+		return
+	}
 	if t == tensor.Q4_K || t == tensor.Q5_K {
 		widenQKRef(ws, ds, w, ldw, t == tensor.Q5_K, rows, nb)
 		return

@@ -67,7 +67,8 @@ func fastMats(t *testing.T, rng *rand.Rand) []testMat {
 	} {
 		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
 	}
-	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K, tensor.Q2_K} {
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K, tensor.Q2_K,
+		tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_XXS, tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_S, tensor.IQ1_M} {
 		for _, sz := range [][2]int{{9, 256}, {16, 2048 + 256}} {
 			ms = append(ms, blockTestMat(t, rng, dt, sz[0], sz[1]))
 		}
@@ -105,6 +106,10 @@ func TestWidenRefMatchesDecodeRow(t *testing.T) {
 		rb, _ := m.Type.RowBytes(m.In)
 		ws, ds := make([]byte, m.Out*nb*64), make([]float32, 4*m.Out*nb)
 		widenRef(ws, ds, m.Data, rb, m.Type, m.Out, nb)
+		if codebookFactor(m.Type) > 0 {
+			checkWidenedDecoded(t, m, tm.deq, ws, ds)
+			continue
+		}
 		for r := 0; r < m.Out; r++ {
 			for k := 0; k < m.In; k++ {
 				q := int16(uint16(ws[(r*nb+k/32)*64+2*(k%32)]) | uint16(ws[(r*nb+k/32)*64+2*(k%32)+1])<<8)
@@ -145,6 +150,40 @@ func TestWidenRefMatchesDecodeRow(t *testing.T) {
 			if !sameBits(gd[i], ds[i]) {
 				t.Fatalf("%v: scale %d = %g, want %g", m.Type, i, gd[i], ds[i])
 			}
+		}
+	}
+}
+
+// checkWidenedDecoded checks the widening of a codebook i-quant matrix:
+// each block's integers, at most fastWeightMax, times its scale are its
+// decoded weights deq exactly, and the level's kernels write the same
+// bytes.
+func checkWidenedDecoded(t *testing.T, m *Mat, deq []float64, ws []byte, ds []float32) {
+	t.Helper()
+	nb := m.In / 32
+	for r := 0; r < m.Out; r++ {
+		for k := 0; k < m.In; k++ {
+			o, d := (r*nb+k/32)*64+2*(k%32), ds[r*nb+k/32]
+			q := int16(uint16(ws[o]) | uint16(ws[o+1])<<8)
+			if v := float32(q) * d; q > fastWeightMax || q < -fastWeightMax || float64(v) != deq[r*m.In+k] {
+				t.Fatalf("%v row %d element %d: %d·%g = %g, want %g", m.Type, r, k, q, d, v, deq[r*m.In+k])
+			}
+		}
+	}
+	if active == nil || active.quantS16 == 0 {
+		return
+	}
+	rb, _ := m.Type.RowBytes(m.In)
+	gw, gd := make([]byte, len(ws)), make([]float32, len(ds))
+	active.widenDecoded(gw, gd, make([]float32, m.Out*m.In), m.Data, rb, m.Type, m.Out, nb)
+	for i := range ws {
+		if gw[i] != ws[i] {
+			t.Fatalf("%v: widened byte %d = %#x, want %#x", m.Type, i, gw[i], ws[i])
+		}
+	}
+	for i := 0; i < m.Out*nb; i++ {
+		if !sameBits(gd[i], ds[i]) {
+			t.Fatalf("%v: scale %d = %g, want %g", m.Type, i, gd[i], ds[i])
 		}
 	}
 }
@@ -259,8 +298,8 @@ func TestFastTokenAloneEqualsInBatch(t *testing.T) {
 }
 
 // TestFastNearExact: the fast product is the exact one up to the 16-bit
-// rounding of the activations (d/2 a term, d the block's scale),
-// and types without int8 weights give the exact path's bits.
+// rounding of the activations (d/2 a term, d the block's scale), and
+// types without integer weights give the exact path's bits.
 func TestFastNearExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	forLevels(t, func(t *testing.T) {
@@ -287,13 +326,8 @@ func TestFastNearExact(t *testing.T) {
 				}
 			}
 		}
-		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.IQ3_S} {
-			var tm testMat
-			if dt == tensor.IQ3_S {
-				tm.m = randBlockMat(t, rng, dt, 8, 256)
-			} else {
-				tm = newTestMat(rng, dt, false, 8, 256, 1, 0)
-			}
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+			tm := newTestMat(rng, dt, false, 8, 256, 1, 0)
 			x := randInputs(rng, 3, 256)
 			got, want := make([]float32, 3*8), make([]float32, 3*8)
 			MatMulRowsP(got, x, 3, &tm.m, 0, 8, Fast)
@@ -314,30 +348,7 @@ func TestQuantize16Kernel(t *testing.T) {
 	const n, nb = 19, 64
 	x := make([]float32, n*nb*32+1)[1:] // unaligned
 	for b := 0; b < n*nb; b++ {
-		blk := x[b*32 : (b+1)*32]
-		scale := math.Pow(10, float64(rng.IntN(20)-10))
-		for j := range blk {
-			blk[j] = float32(rng.NormFloat64() * scale)
-		}
-		switch b % 9 {
-		case 1: // halfway quotients: amax 32767, values k+0.5
-			blk[0] = 32767
-			for j := 1; j < 32; j++ {
-				blk[j] = float32(rng.IntN(65534)-32767) + 0.5
-			}
-		case 2:
-			clear(blk)
-		case 3:
-			for j := range blk {
-				blk[j] *= 1e-37
-			}
-		case 4:
-			blk[rng.IntN(32)] = float32(math.Inf(1 - 2*rng.IntN(2)))
-		case 5:
-			blk[rng.IntN(32)] = float32(math.NaN())
-		case 6:
-			blk[rng.IntN(32)] = math.MaxFloat32
-		}
+		fillQuantCase(rng, x[b*32:(b+1)*32], b%9)
 	}
 	var want, got FastActs
 	want.Prepare(n, nb*32)
@@ -352,4 +363,78 @@ func TestQuantize16Kernel(t *testing.T) {
 	}
 	want.Release()
 	got.Release()
+}
+
+// TestQuantizeScaledKernel: the SIMD division of weight blocks by their
+// scales writes quantizeScaled's quants: exact multiples, quotients that
+// round (halfway ones to even), and zero, infinite and NaN scales.
+func TestQuantizeScaledKernel(t *testing.T) {
+	if active == nil || active.quantS16 == 0 {
+		t.Skip("no fast kernels on this machine")
+	}
+	rng := rand.New(rand.NewPCG(17, 18))
+	const nb = 60
+	x := make([]float32, nb*32+1)[1:] // unaligned
+	ds := make([]float32, nb)
+	for b := range nb {
+		d := float32(math.Ldexp(1+rng.Float64(), rng.IntN(40)-20))
+		for j := 0; j < 32; j++ {
+			x[32*b+j] = d * float32(rng.IntN(4095)-2047)
+			if b%6 == 1 {
+				x[32*b+j] = d * (float32(rng.IntN(200)-100) + 0.5) // halfway
+			}
+		}
+		switch b % 6 {
+		case 2:
+			d = 0
+		case 3:
+			d = float32(math.Inf(1 - 2*rng.IntN(2)))
+		case 4:
+			d = float32(math.NaN())
+		case 5:
+			d *= 1.3 // quotients that round
+		}
+		ds[b] = d
+	}
+	got := make([]byte, nb*64)
+	active.quantS16.call(&x[0], nb, &got[0], &ds[0])
+	var q [32]int16
+	for b := range nb {
+		quantizeScaled(q[:], x[32*b:32*(b+1)], ds[b])
+		for j, v := range q {
+			if g := int16(uint16(got[64*b+2*j]) | uint16(got[64*b+2*j+1])<<8); g != v {
+				t.Fatalf("block %d (case %d) element %d: %d, want %d (x %g, d %g)", b, b%6, j, g, v, x[32*b+j], ds[b])
+			}
+		}
+	}
+}
+
+// fillQuantCase fills a block of 32 for the quantisers' tests: random
+// values of a random magnitude, then by c: 1 halfway quotients (amax
+// 32767, values k+0.5), 2 zero, 3 tiny, 4 one infinity, 5 one NaN, 6 one
+// MaxFloat32; other c leave it random.
+func fillQuantCase(rng *rand.Rand, blk []float32, c int) {
+	scale := math.Pow(10, float64(rng.IntN(20)-10))
+	for j := range blk {
+		blk[j] = float32(rng.NormFloat64() * scale)
+	}
+	switch c {
+	case 1:
+		blk[0] = 32767
+		for j := 1; j < 32; j++ {
+			blk[j] = float32(rng.IntN(65534)-32767) + 0.5
+		}
+	case 2:
+		clear(blk)
+	case 3:
+		for j := range blk {
+			blk[j] *= 1e-37
+		}
+	case 4:
+		blk[rng.IntN(32)] = float32(math.Inf(1 - 2*rng.IntN(2)))
+	case 5:
+		blk[rng.IntN(32)] = float32(math.NaN())
+	case 6:
+		blk[rng.IntN(32)] = math.MaxFloat32
+	}
 }

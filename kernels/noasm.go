@@ -49,6 +49,8 @@ func (widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb i
 
 func (quant16Kernel) call(x *float32, nb int, dst *byte) { panic(noKernels) }
 
+func (quantS16Kernel) call(x *float32, nb int, dst *byte, ds *float32) { panic(noKernels) }
+
 func (fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
 	panic(noKernels)
 }

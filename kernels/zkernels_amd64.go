@@ -2532,3 +2532,8 @@ func widenQ2K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //
 //go:noescape
 func quant16_VNNI(x *float32, nb int, dst *byte)
+
+// quantS16_VNNI divides nb blocks of 32 float32s at x by their scales at ds and stores the quotients as 32 int16s a block at dst (kernels.quantizeScaled).
+//
+//go:noescape
+func quantS16_VNNI(x *float32, nb int, dst *byte, ds *float32)

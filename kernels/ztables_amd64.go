@@ -273,6 +273,19 @@ func (k quant16Kernel) call(x *float32, nb int, dst *byte) {
 }
 
 const (
+	k_quantS16_VNNI quantS16Kernel = iota + 1
+)
+
+func (k quantS16Kernel) call(x *float32, nb int, dst *byte, ds *float32) {
+	switch k {
+	case k_quantS16_VNNI:
+		quantS16_VNNI(x, nb, dst, ds)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
 	k_dotF32_4x1_AVX2 dotKernel = iota + 1
 	k_dotF32_1x1_AVX2
 	k_dotF32_4x2_AVX2
@@ -1856,3 +1869,5 @@ var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fa
 var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI, k_widenQ5K_VNNI, k_widenQ41_VNNI, k_widenQ50_VNNI, k_widenQ51_VNNI, k_widenQ6K_VNNI, k_widenIQ4XS_VNNI, k_widenQ3K_VNNI, k_widenQ2K_VNNI}
 
 const quant16VNNI = k_quant16_VNNI
+
+const quantS16VNNI = k_quantS16_VNNI

@@ -124,6 +124,7 @@ func TestFastPrecisionAccuracy(t *testing.T) {
 		{"Q2_K", gconvert.FtypeQ2_K},
 		{"Q3_K_M", gconvert.FtypeQ3_K_M},
 		{"Q6_K", gconvert.FtypeQ6_K},
+		{"IQ3_S", gconvert.FtypeIQ3_S},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, c.name+".gguf")

@@ -852,9 +852,66 @@ func genFastTable(tb *strings.Builder) {
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
 	fmt.Fprintf(tb, "\nconst quant16VNNI = %s\n", quant16Group.add(genQuant16()))
+	fmt.Fprintf(tb, "\nconst quantS16VNNI = %s\n", quantS16Group.add(genQuantScaled()))
 }
 
-var quant16Group = newGroup("quant16Kernel", "x *float32, nb int, dst *byte", "x, nb, dst")
+var (
+	quant16Group  = newGroup("quant16Kernel", "x *float32, nb int, dst *byte", "x, nb, dst")
+	quantS16Group = newGroup("quantS16Kernel", "x *float32, nb int, dst *byte, ds *float32", "x, nb, dst, ds")
+)
+
+// genQuantScaled emits kernels.quantizeScaled: per block b of 32 float32s
+// at x, q = x/ds[b] (exact for weights that are ds[b] times integers),
+// rounded to the nearest, stored as 32 int16s at dst (64 bytes a block);
+// all zero where ds[b] is zero or not finite.
+func genQuantScaled() string {
+	a := avx512
+	name := "quantS16_VNNI"
+	TEXT(name, NOSPLIT, "func(x *float32, nb int, dst *byte, ds *float32)")
+	Pragma("noescape")
+	Doc(name + " divides nb blocks of 32 float32s at x by their scales at ds and stores the quotients as 32 int16s a block at dst (kernels.quantizeScaled).")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("nb"), GP64())
+	dst := Load(Param("dst"), GP64())
+	ds := Load(Param("ds"), GP64())
+	absMask := a.constVec("absmask", 0x7fffffff)
+	fmax := a.constVec("maxfloat", math.Float32bits(math.MaxFloat32))
+	zero := a.constVec("zero", 0)
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	s, as := ZMM(), ZMM()
+	VBROADCASTSS(Mem{Base: ds}, s)
+	VANDPS(absMask, s, as)
+	kq, kz := K(), K()
+	VCMPPS(U8(cmpLEOQ), fmax, as, kq) // finite (false for NaN)
+	VCMPPS(U8(cmpNEQOQ), zero, s, kz)
+	KANDW(kz, kq, kq)
+	q := ZMM()
+	for u := 0; u < 2; u++ {
+		v := ZMM()
+		VMOVUPS(Mem{Base: x, Disp: 64 * u}, v)
+		VDIVPS(s, v, v)
+		VCVTPS2DQ_Z(v, kq, v)
+		if u == 0 {
+			VPMOVSDW(v, q.AsY())
+		} else {
+			h := YMM()
+			VPMOVSDW(v, h)
+			VINSERTI64X4(U8(1), h, q, q)
+		}
+	}
+	VMOVDQU64(q, Mem{Base: dst})
+	ADDQ(U32(128), x)
+	ADDQ(U32(64), dst)
+	ADDQ(U32(4), ds)
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+	return name
+}
 
 // genQuant16 emits kernels.quantizeBlock16 for nb blocks of one token: per
 // block of 32 float32s at x, d = max|x|/32767, q = round(x/d) halfway away

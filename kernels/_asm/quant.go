@@ -12,6 +12,7 @@ import (
 const (
 	cmpLTOQ   = 0x11
 	cmpLEOQ   = 0x12
+	cmpNEQOQ  = 0x0C
 	cmpNLTUQ  = 0x15
 	cmpGEOQ   = 0x1D
 	cmpUNORDQ = 0x03
