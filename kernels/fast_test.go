@@ -348,7 +348,7 @@ func TestQuantize16Kernel(t *testing.T) {
 	const n, nb = 19, 64
 	x := make([]float32, n*nb*32+1)[1:] // unaligned
 	for b := 0; b < n*nb; b++ {
-		fillQuantCase(rng, x[b*32:(b+1)*32], b%9)
+		fillQuantCase(rng, x[b*32:(b+1)*32], b%9, 32767)
 	}
 	var want, got FastActs
 	want.Prepare(n, nb*32)
@@ -410,19 +410,19 @@ func TestQuantizeScaledKernel(t *testing.T) {
 }
 
 // fillQuantCase fills a block of 32 for the quantisers' tests: random
-// values of a random magnitude, then by c: 1 halfway quotients (amax
-// 32767, values k+0.5), 2 zero, 3 tiny, 4 one infinity, 5 one NaN, 6 one
-// MaxFloat32; other c leave it random.
-func fillQuantCase(rng *rand.Rand, blk []float32, c int) {
+// values of a random magnitude, then by c: 1 halfway quotients (amax qmax,
+// the quantiser's largest quant, values k+0.5), 2 zero, 3 tiny, 4 one
+// infinity, 5 one NaN, 6 one MaxFloat32; other c leave it random.
+func fillQuantCase(rng *rand.Rand, blk []float32, c, qmax int) {
 	scale := math.Pow(10, float64(rng.IntN(20)-10))
 	for j := range blk {
 		blk[j] = float32(rng.NormFloat64() * scale)
 	}
 	switch c {
 	case 1:
-		blk[0] = 32767
+		blk[0] = float32(qmax)
 		for j := 1; j < 32; j++ {
-			blk[j] = float32(rng.IntN(65534)-32767) + 0.5
+			blk[j] = float32(rng.IntN(2*qmax)-qmax) + 0.5
 		}
 	case 2:
 		clear(blk)

@@ -337,29 +337,7 @@ func TestQuantizeBlocks(t *testing.T) {
 	var blocks [][]float32
 	for i := 0; i < 2000; i++ {
 		b := make([]float32, 32)
-		scale := math.Pow(10, float64(rng.IntN(20)-10))
-		for j := range b {
-			b[j] = float32(rng.NormFloat64() * scale)
-		}
-		switch i % 10 {
-		case 1: // exact halfway quotients: amax 127, values k+0.5
-			b[0] = 127
-			for j := 1; j < 32; j++ {
-				b[j] = float32(rng.IntN(254)-127) + 0.5
-			}
-		case 2:
-			clear(b)
-		case 3:
-			for j := range b {
-				b[j] *= 1e-37
-			}
-		case 4:
-			b[rng.IntN(32)] = float32(math.Inf(1 - 2*rng.IntN(2)))
-		case 5:
-			b[rng.IntN(32)] = float32(math.NaN())
-		case 6:
-			b[rng.IntN(32)] = math.MaxFloat32
-		}
+		fillQuantCase(rng, b, i%10, 127)
 		blocks = append(blocks, b)
 	}
 	x := make([]float32, 0, 32*len(blocks)+1)

@@ -860,6 +860,15 @@ var (
 	quantS16Group = newGroup("quantS16Kernel", "x *float32, nb int, dst *byte, ds *float32", "x, nb, dst, ds")
 )
 
+// packWords returns the 32 dwords of r[0] and r[1] as int16s, saturated.
+func packWords(r [2]VecVirtual) VecVirtual {
+	q, h := ZMM(), YMM()
+	VPMOVSDW(r[0], q.AsY())
+	VPMOVSDW(r[1], h)
+	VINSERTI64X4(U8(1), h, q, q)
+	return q
+}
+
 // genQuantScaled emits kernels.quantizeScaled: per block b of 32 float32s
 // at x, q = x/ds[b] (exact for weights that are ds[b] times integers),
 // rounded to the nearest, stored as 32 int16s at dst (64 bytes a block);
@@ -887,21 +896,14 @@ func genQuantScaled() string {
 	VCMPPS(U8(cmpLEOQ), fmax, as, kq) // finite (false for NaN)
 	VCMPPS(U8(cmpNEQOQ), zero, s, kz)
 	KANDW(kz, kq, kq)
-	q := ZMM()
-	for u := 0; u < 2; u++ {
-		v := ZMM()
-		VMOVUPS(Mem{Base: x, Disp: 64 * u}, v)
-		VDIVPS(s, v, v)
-		VCVTPS2DQ_Z(v, kq, v)
-		if u == 0 {
-			VPMOVSDW(v, q.AsY())
-		} else {
-			h := YMM()
-			VPMOVSDW(v, h)
-			VINSERTI64X4(U8(1), h, q, q)
-		}
+	var v [2]VecVirtual
+	for u := range v {
+		v[u] = ZMM()
+		VMOVUPS(Mem{Base: x, Disp: 64 * u}, v[u])
+		VDIVPS(s, v[u], v[u])
+		VCVTPS2DQ_Z(v[u], kq, v[u])
 	}
-	VMOVDQU64(q, Mem{Base: dst})
+	VMOVDQU64(packWords(v), Mem{Base: dst})
 	ADDQ(U32(128), x)
 	ADDQ(U32(64), dst)
 	ADDQ(U32(4), ds)
@@ -983,19 +985,13 @@ func genQuant16() string {
 	VCMPPS(U8(cmpNLTUQ), tiny, d, kd)
 	VMOVAPS_Z(d, kd, d)
 	VMOVSS(d.AsX(), Mem{Base: dst, Disp: fastDX})
-	q := ZMM()
+	var r [2]VecVirtual
 	for u := range v {
 		VMULPS(id, v[u], v[u])
-		r := a.roundHalfAway(v[u], absMask, signMask, one, half)
-		VCVTPS2DQ_Z(r, kq, r)
-		if u == 0 {
-			VPMOVSDW(r, q.AsY())
-		} else {
-			h := YMM()
-			VPMOVSDW(r, h)
-			VINSERTI64X4(U8(1), h, q, q)
-		}
+		r[u] = a.roundHalfAway(v[u], absMask, signMask, one, half)
+		VCVTPS2DQ_Z(r[u], kq, r[u])
 	}
+	q := packWords(r)
 	// dx·Σq over each half and the whole: the pairs' sums (VPMADDWD by
 	// ones: dwords 0-7 the first 16 quants, 8-15 the last), then the
 	// lanes' (exact in int32).
