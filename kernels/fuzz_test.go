@@ -107,3 +107,51 @@ func FuzzQ8Dot(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBlockDecoders: every level's dequantiser of every block type decodes
+// arbitrary bytes (any fp16 scale: subnormal, infinite, NaN) to
+// DequantizeRow's bits, and its fused decode kernel multiplies them with
+// the bits of the two-pass path (go test -fuzz FuzzBlockDecoders ./kernels/).
+func FuzzBlockDecoders(f *testing.F) {
+	seed := make([]byte, 3*210)
+	for i := range seed {
+		seed[i] = byte(i*151 + 7)
+	}
+	for k := range dqTypes {
+		f.Add(seed, uint8(k))
+	}
+	f.Add(make([]byte, 300), uint8(4))
+	f.Fuzz(func(t *testing.T, data []byte, kind uint8) {
+		dt := dqTypes[int(kind)%len(dqTypes)].dt
+		nb := min(len(data)/dt.BlockBytes(), 8)
+		if nb == 0 {
+			return
+		}
+		src := data[:nb*dt.BlockBytes()]
+		in := nb * dt.BlockSize()
+		x := make([]float32, in)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		for i := range levels {
+			restore := useLevel(i)
+			ks := active
+			if ks != nil && ks.dequant != nil && ks.dequant[dqKind(dt)] != 0 {
+				checkDequant(t, ks, dt, src)
+			}
+			if ff := ks.fusedFamily(dt); ff != nil {
+				m := Mat{Type: dt, Out: 1, In: in, Data: src}
+				var fused, two [1]float32
+				ks.dequantMatMul(fused[:], x, 1, &m, 0, 1)
+				noFused = true
+				ks.dequantMatMul(two[:], x, 1, &m, 0, 1)
+				noFused = false
+				if !sameBits(fused[0], two[0]) {
+					restore()
+					t.Fatalf("%s %v: fused %g, two-pass %g", levelName(i), dt, fused[0], two[0])
+				}
+			}
+			restore()
+		}
+	})
+}
