@@ -155,3 +155,50 @@ func FuzzBlockDecoders(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastWidening: the fast precision's widening kernels (and the codebook
+// types' decode and division) write widenRef's bytes and scales for
+// arbitrary weight bytes (go test -fuzz FuzzFastWidening ./kernels/).
+func FuzzFastWidening(f *testing.F) {
+	types := []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0,
+		tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K, tensor.Q2_K, tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_XXS,
+		tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_S, tensor.IQ1_M}
+	seed := make([]byte, 2*210)
+	for i := range seed {
+		seed[i] = byte(i*97 + 3)
+	}
+	for k := range types {
+		f.Add(seed, uint8(k))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, kind uint8) {
+		ks := active
+		if ks == nil || ks.fast == nil {
+			t.Skip("no fast kernels on this machine")
+		}
+		dt := types[int(kind)%len(types)]
+		rows := 2
+		rb := dt.BlockBytes()
+		if len(data) < rows*rb {
+			return
+		}
+		nb := dt.BlockSize() / 32 // one block of the type a row
+		ws, ds := make([]byte, rows*nb*64), make([]float32, 4*rows*nb)
+		widenRef(ws, ds, data, rb, dt, rows, nb)
+		gw, gd := make([]byte, len(ws)), make([]float32, len(ds))
+		if codebookFactor(dt) > 0 {
+			ks.widenDecoded(gw, gd, make([]float32, rows*nb*32), data, rb, dt, rows, nb)
+		} else {
+			ks.widen[fastKind(dt)].call(&gw[0], &gd[0], &data[0], rb, rows, nb)
+		}
+		for i := range ws {
+			if gw[i] != ws[i] {
+				t.Fatalf("%v: widened byte %d = %#x, want %#x", dt, i, gw[i], ws[i])
+			}
+		}
+		for i := range ds {
+			if !sameBits(gd[i], ds[i]) {
+				t.Fatalf("%v: scale %d = %g, want %g", dt, i, gd[i], ds[i])
+			}
+		}
+	})
+}
