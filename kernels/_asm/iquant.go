@@ -569,14 +569,30 @@ func (g *dq) iqRanksOf(ranks Register, entry, v int) VecVirtual {
 	a := g.a
 	q := a.vec()
 	n := a.V / entry // entries a vector
+	// The 4-byte kinds' indices leave their vector two at a time, one
+	// 64-bit move instead of two 32-bit extracts (the vector unit is the
+	// bottleneck), and are split in the general registers.
+	var pair GPVirtual
 	ent := func(j int) Mem {
 		r := GP64()
 		l := v/entry + j
 		x := g.lanes[l/4]
-		if l%4 == 0 {
+		switch {
+		case entry == 8 && l%4 == 0:
 			VMOVD(x, r.As32())
-		} else {
+		case entry == 8:
 			VPEXTRD(U8(l%4), x, r.As32())
+		case l%2 == 0:
+			pair = GP64()
+			if l%4 == 0 {
+				VMOVQ(x, pair)
+			} else {
+				VPEXTRQ(U8(1), x, pair)
+			}
+			MOVL(pair.As32(), r.As32())
+		default:
+			SHRQ(U8(32), pair)
+			r = pair
 		}
 		return Mem{Base: ranks, Index: r, Scale: uint8(entry)}
 	}
