@@ -1,6 +1,9 @@
 package model
 
-import "github.com/grok-go/grok/kernels"
+import (
+	"github.com/grok-go/grok/kernels"
+	"github.com/grok-go/grok/tensor"
+)
 
 // StepBytes is the weight bytes one single-token decode step reads, by part.
 // Decoding streams these bytes from memory once per token, so they bound
@@ -31,11 +34,23 @@ type StepBytes struct {
 // For NewTP's model it is the sum over the shards (each reads its own
 // slices; the replicated norms and router count once a shard); for a
 // shard, its own slices.
-func (lm *LanguageModel) DecodeStepBytes() StepBytes {
+func (lm *LanguageModel) DecodeStepBytes() StepBytes { return lm.stepBytes(nil) }
+
+// DecodeStepProducts returns the bytes of DecodeStepBytes' matrices (every
+// part but the norms and the embedding row: the products) by weight type.
+func (lm *LanguageModel) DecodeStepProducts() map[tensor.DType]int64 {
+	p := map[tensor.DType]int64{}
+	lm.stepBytes(p)
+	return p
+}
+
+// stepBytes is DecodeStepBytes, adding each product's bytes to products
+// by type when it is not nil.
+func (lm *LanguageModel) stepBytes(products map[tensor.DType]int64) StepBytes {
 	var b StepBytes
 	if lm.tp != nil {
 		for _, s := range lm.tp.shards {
-			sb := s.DecodeStepBytes()
+			sb := s.stepBytes(products)
 			b.Attention += sb.Attention
 			b.Router += sb.Router
 			b.Experts += sb.Experts
@@ -49,30 +64,40 @@ func (lm *LanguageModel) DecodeStepBytes() StepBytes {
 		return b
 	}
 	c := &lm.Config
+	// add counts the matrices ms into part and into products.
+	add := func(part *int64, ms ...*kernels.Mat) {
+		for _, m := range ms {
+			n := matBytes(m)
+			*part += n
+			if products != nil {
+				products[m.Type] += n
+			}
+		}
+	}
 	for i := range lm.Transformer.Layers {
 		d := &lm.Transformer.Layers[i]
 		a := &d.Attention
-		b.Attention += matBytes(&a.Query.W) + matBytes(&a.Key.W) + matBytes(&a.Value.W) + matBytes(&a.Linear.W)
+		add(&b.Attention, &a.Query.W, &a.Key.W, &a.Value.W, &a.Linear.W)
 		b.Norms += 4 * int64(c.EmbSize) * 4
 		switch {
 		case d.MoE != nil:
-			b.Router += matBytes(&d.MoE.Router.W.W)
+			add(&b.Router, &d.MoE.Router.W.W)
 			k := d.MoE.Router.TopK
 			b.ExpertsPerLayer = k
 			for e := 0; e < k; e++ {
-				b.Experts += matBytes(&d.MoE.Linear[e].W) + matBytes(&d.MoE.LinearV[e].W) + matBytes(&d.MoE.Linear1[e].W)
+				add(&b.Experts, &d.MoE.Linear[e].W, &d.MoE.LinearV[e].W, &d.MoE.Linear1[e].W)
 			}
 			if r := d.MoE.Residual; r != nil {
-				b.DenseMLP += matBytes(&r.Linear.W) + matBytes(&r.LinearV.W) + matBytes(&r.Linear1.W)
+				add(&b.DenseMLP, &r.Linear.W, &r.LinearV.W, &r.Linear1.W)
 			}
 		case d.Dense != nil:
 			b.ExpertsPerLayer = 1
-			b.Experts += matBytes(&d.Dense.Linear.W) + matBytes(&d.Dense.LinearV.W) + matBytes(&d.Dense.Linear1.W)
+			add(&b.Experts, &d.Dense.Linear.W, &d.Dense.LinearV.W, &d.Dense.Linear1.W)
 		}
 	}
 	b.Norms += int64(c.EmbSize) * 4
 	b.Embedding = matBytes(&lm.Embed.W) / int64(lm.Embed.W.Out)
-	b.Unembed = matBytes(&lm.Unembed.W)
+	add(&b.Unembed, &lm.Unembed.W)
 	b.Total = b.Attention + b.Router + b.Experts + b.DenseMLP + b.Norms + b.Embedding + b.Unembed
 	return b
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/tensor"
 )
 
 // DecodeStepBytes counts k of E experts per layer and every other weight once.
@@ -33,6 +34,11 @@ func TestDecodeStepBytes(t *testing.T) {
 	}
 	if b.ExpertsPerLayer != c.NumSelectedExperts {
 		t.Errorf("ExpertsPerLayer = %d", b.ExpertsPerLayer)
+	}
+	// The products are every matrix but the norms and the embedding row;
+	// the random model is F32 throughout.
+	if p := mustModel(t, c, testmodel.Random(c, 1)).DecodeStepProducts(); len(p) != 1 || p[tensor.F32] != b.Total-b.Norms-b.Embedding {
+		t.Errorf("products by type %v, want F32 %d", p, b.Total-b.Norms-b.Embedding)
 	}
 }
 

@@ -114,6 +114,15 @@ type benchResult struct {
 	// the best read pass next to it: steadier than RooflineRatio when other
 	// processes load the machine unevenly.
 	PairedRatio float64 `json:"roofline_ratio_paired"`
+	// KernelBoundTokS is the decode rate the exact kernels allow with no
+	// weight waiting on memory (kernelbound.go): each product type's
+	// one-token kernels on rows in L2, all threads at once (KernelGBs, by
+	// type), weighed by the bytes a token reads of it. Decode is bound by
+	// the lower of it and the roofline; KernelBoundRatio is decode over
+	// that lower one. Not measured for a batch nor for a split model.
+	KernelBoundTokS  float64            `json:"kernel_bound_tok_s,omitempty"`
+	KernelGBs        map[string]float64 `json:"kernel_gb_s,omitempty"`
+	KernelBoundRatio float64            `json:"kernel_bound_ratio,omitempty"`
 
 	// With --tp N > 1 or under mpirun: the shards (Ranks: one per MPI
 	// rank, else in process), and per decode step (one token of each
@@ -453,6 +462,13 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	if len(paired) > 0 {
 		res.PairedRatio = median(paired)
 	}
+	if B == 1 && lm.Shards() == nil && res.DecodeTokS > 0 {
+		res.KernelBoundTokS, res.KernelGBs = kernelBound(pool, lm, lm.DecodeStepProducts())
+		if res.KernelBoundTokS > 0 && res.BytesPerToken > 0 {
+			wall := res.BandwidthGBs * 1e9 / float64(res.BytesPerToken)
+			res.KernelBoundRatio = res.DecodeTokS / min(wall, res.KernelBoundTokS)
+		}
+	}
 	if B > 1 {
 		res.SingleTokS = median(res.SingleRuns)
 		res.BatchSpeedup = res.DecodeTokS / res.SingleTokS
@@ -554,6 +570,18 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 		fmt.Fprintln(w)
 		if r.RooflineRatio > 1 {
 			fmt.Fprintf(w, "warning   decode read weights faster than the probe read its buffer: the probe under-reads this machine\n")
+		}
+		if r.KernelBoundTokS > 0 {
+			var ts []string
+			for t := range r.KernelGBs {
+				ts = append(ts, t)
+			}
+			slices.Sort(ts)
+			for i, t := range ts {
+				ts[i] = fmt.Sprintf("%s %.1f", t, r.KernelGBs[t])
+			}
+			fmt.Fprintf(w, "kernels   exact decode bound %.1f tok/s with no weight waiting on memory (each type's one-token products on rows in L2, all threads: %s GB/s) → decode at %.2f of the lower of it and the roofline\n",
+				r.KernelBoundTokS, strings.Join(ts, ", "), r.KernelBoundRatio)
 		}
 	}
 	fmt.Fprintf(w, "memory    read %.2f GB/s wide (%d streams a thread), %.2f scalar; copy %.2f, triad %.2f GB/s (STREAM's byte counts)\n",

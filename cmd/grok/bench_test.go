@@ -58,6 +58,14 @@ func TestBenchEmbedded(t *testing.T) {
 	if want := float64(r.BytesPerToken) * r.DecodeTokS / 1e9 / r.BandwidthGBs; math.Abs(r.RooflineRatio-want) > 1e-9*want {
 		t.Errorf("roofline ratio %g, want %g", r.RooflineRatio, want)
 	}
+	// The kernel bound times every product type the model has (F16, and
+	// the F32 routers), and the ratio is decode over the lower bound.
+	if _, f16 := r.KernelGBs["F16"]; !f16 || r.KernelGBs["F32"] <= 0 || len(r.KernelGBs) != 2 || r.KernelBoundTokS <= 0 {
+		t.Errorf("kernel bound %g tok/s from rates %v, want F16 and F32", r.KernelBoundTokS, r.KernelGBs)
+	}
+	if want := r.DecodeTokS / min(r.BandwidthGBs*1e9/float64(r.BytesPerToken), r.KernelBoundTokS); math.Abs(r.KernelBoundRatio-want) > 1e-9*want {
+		t.Errorf("kernel bound ratio %g, want %g", r.KernelBoundRatio, want)
+	}
 	if r.Type != "F16" {
 		t.Errorf("type %q, want F16", r.Type)
 	}
@@ -84,7 +92,7 @@ func TestBenchEmbedded(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, e)
 	}
-	for _, w := range []string{"prefill", "decode", "tok/s", "read per decoded token", "roofline", "RSS"} {
+	for _, w := range []string{"prefill", "decode", "tok/s", "read per decoded token", "roofline", "RSS", "exact decode bound"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
