@@ -119,7 +119,8 @@ type benchResult struct {
 	// one-token kernels on rows in L2, all threads at once (KernelGBs, by
 	// type), weighed by the bytes a token reads of it. Decode is bound by
 	// the lower of it and the roofline; KernelBoundRatio is decode over
-	// that lower one. Not measured for a batch nor for a split model.
+	// that lower one. Not measured for a batch, a split model, or weights
+	// stored [in, out] (xAI's int8 checkpoint).
 	KernelBoundTokS  float64            `json:"kernel_bound_tok_s,omitempty"`
 	KernelGBs        map[string]float64 `json:"kernel_gb_s,omitempty"`
 	KernelBoundRatio float64            `json:"kernel_bound_ratio,omitempty"`
