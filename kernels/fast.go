@@ -590,13 +590,10 @@ func (ks *kernelSet) widenDecoded(ws []byte, ds, fs []float32, w []byte, ldw int
 				ds[r*nb+b+j] = d
 			}
 		}
+		ks.decodeBlocks(f, t, row) // nil ks: tensor.DecodeRow
 		if ks != nil && ks.quantS16 != 0 {
-			ks.decodeBlocks(f, t, row)
 			ks.quantS16.call(&f[0], nb, &ws[r*nb*64], &ds[r*nb])
 			continue
-		}
-		if err := tensor.DecodeRow(f, t, row[:nb/per*bb]); err != nil {
-			panic(err) // unreachable: Validate checked the sizes
 		}
 		var q [32]int16
 		for b := 0; b < nb; b++ {

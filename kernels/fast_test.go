@@ -67,14 +67,18 @@ func fastMats(t *testing.T, rng *rand.Rand) []testMat {
 	} {
 		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
 	}
-	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K, tensor.Q2_K,
-		tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_XXS, tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_S, tensor.IQ1_M} {
+	for _, dt := range fastBlockTypes[1:] {
 		for _, sz := range [][2]int{{9, 256}, {16, 2048 + 256}} {
 			ms = append(ms, blockTestMat(t, rng, dt, sz[0], sz[1]))
 		}
 	}
 	return ms
 }
+
+// fastBlockTypes are the block types the fast product widens (Q8_0 first).
+var fastBlockTypes = []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0,
+	tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K, tensor.Q2_K, tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_XXS,
+	tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_S, tensor.IQ1_M}
 
 // blockTestMat is a random matrix of a block type (random block bytes with
 // finite values) with its values decoded by tensor.DecodeRow.

@@ -160,9 +160,7 @@ func FuzzBlockDecoders(f *testing.F) {
 // types' decode and division) write widenRef's bytes and scales for
 // arbitrary weight bytes (go test -fuzz FuzzFastWidening ./kernels/).
 func FuzzFastWidening(f *testing.F) {
-	types := []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.IQ4_NL, tensor.Q4_K, tensor.Q5_K, tensor.Q4_1, tensor.Q5_0,
-		tensor.Q5_1, tensor.Q6_K, tensor.IQ4_XS, tensor.Q3_K, tensor.Q2_K, tensor.IQ3_S, tensor.IQ3_XXS, tensor.IQ2_XXS,
-		tensor.IQ2_XS, tensor.IQ2_S, tensor.IQ1_S, tensor.IQ1_M}
+	types := fastBlockTypes
 	seed := make([]byte, 2*210)
 	for i := range seed {
 		seed[i] = byte(i*97 + 3)

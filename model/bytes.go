@@ -36,17 +36,24 @@ type StepBytes struct {
 // shard, its own slices.
 func (lm *LanguageModel) DecodeStepBytes() StepBytes { return lm.stepBytes(nil) }
 
-// DecodeStepProducts returns the bytes of DecodeStepBytes' matrices (every
-// part but the norms and the embedding row: the products) by weight type.
-func (lm *LanguageModel) DecodeStepProducts() map[tensor.DType]int64 {
-	p := map[tensor.DType]int64{}
+// Products is what a decode step multiplies of one weight type: the bytes
+// of its matrices and the largest of them.
+type Products struct {
+	Bytes   int64
+	Largest *kernels.Mat
+}
+
+// DecodeStepProducts returns DecodeStepBytes' matrices (every part but the
+// norms and the embedding row: the products) by weight type.
+func (lm *LanguageModel) DecodeStepProducts() map[tensor.DType]Products {
+	p := map[tensor.DType]Products{}
 	lm.stepBytes(p)
 	return p
 }
 
-// stepBytes is DecodeStepBytes, adding each product's bytes to products
-// by type when it is not nil.
-func (lm *LanguageModel) stepBytes(products map[tensor.DType]int64) StepBytes {
+// stepBytes is DecodeStepBytes, adding each product to products by type
+// when it is not nil.
+func (lm *LanguageModel) stepBytes(products map[tensor.DType]Products) StepBytes {
 	var b StepBytes
 	if lm.tp != nil {
 		for _, s := range lm.tp.shards {
@@ -70,7 +77,12 @@ func (lm *LanguageModel) stepBytes(products map[tensor.DType]int64) StepBytes {
 			n := matBytes(m)
 			*part += n
 			if products != nil {
-				products[m.Type] += n
+				p := products[m.Type]
+				p.Bytes += n
+				if p.Largest == nil || n > matBytes(p.Largest) {
+					p.Largest = m
+				}
+				products[m.Type] = p
 			}
 		}
 	}

@@ -37,7 +37,7 @@ func TestDecodeStepBytes(t *testing.T) {
 	}
 	// The products are every matrix but the norms and the embedding row;
 	// the random model is F32 throughout.
-	if p := mustModel(t, c, testmodel.Random(c, 1)).DecodeStepProducts(); len(p) != 1 || p[tensor.F32] != b.Total-b.Norms-b.Embedding {
+	if p := mustModel(t, c, testmodel.Random(c, 1)).DecodeStepProducts(); len(p) != 1 || p[tensor.F32].Bytes != b.Total-b.Norms-b.Embedding {
 		t.Errorf("products by type %v, want F32 %d", p, b.Total-b.Norms-b.Embedding)
 	}
 }

@@ -520,7 +520,7 @@ func TestTPCounts(t *testing.T) {
 		4*a.Router != b.Router || 4*a.Norms != b.Norms || a.Embedding != b.Embedding {
 		t.Errorf("step bytes: unsharded %+v, 4 shards %+v", a, b)
 	}
-	if want, p := b.Total-b.Norms-b.Embedding, tp.DecodeStepProducts(); len(p) != 1 || p[tensor.F32] != want {
+	if want, p := b.Total-b.Norms-b.Embedding, tp.DecodeStepProducts(); len(p) != 1 || p[tensor.F32].Bytes != want {
 		t.Errorf("4 shards' products by type %v, want F32 %d", p, want)
 	}
 	fa, fb := lm.PrefillFLOPs(16), tp.PrefillFLOPs(16)

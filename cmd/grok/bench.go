@@ -464,7 +464,7 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		res.PairedRatio = median(paired)
 	}
 	if B == 1 && lm.Shards() == nil && lm.Sharding().Size <= 1 && res.DecodeTokS > 0 {
-		res.KernelBoundTokS, res.KernelGBs = kernelBound(pool, lm, lm.DecodeStepProducts())
+		res.KernelBoundTokS, res.KernelGBs = kernelBound(pool, lm.DecodeStepProducts())
 		if res.KernelBoundTokS > 0 && res.BytesPerToken > 0 {
 			wall := res.BandwidthGBs * 1e9 / float64(res.BytesPerToken)
 			res.KernelBoundRatio = res.DecodeTokS / min(wall, res.KernelBoundTokS)

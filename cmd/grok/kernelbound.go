@@ -1,9 +1,6 @@
 package main
 
 import (
-	"math"
-	"slices"
-
 	"github.com/grok-go/grok/kernels"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
@@ -60,41 +57,19 @@ func kernelRate(pool *parallel.Pool, m *kernels.Mat) float64 {
 }
 
 // kernelBound is the decode rate the exact kernels allow when no weight
-// waits on memory: for each type of the products a decoded token reads
-// (bytes), the rate of a matrix of that type in L2 (kernelRate, the
-// model's largest of the type), and tok/s = 1 / Σ bytes_t / rate_t. It
-// returns 0 when a type could not be timed.
-func kernelBound(pool *parallel.Pool, lm *model.LanguageModel, bytes map[tensor.DType]int64) (float64, map[string]float64) {
-	sample := map[tensor.DType]*kernels.Mat{}
-	mats := lm.Mats()
-	for i := range lm.Transformer.Layers {
-		if moe := lm.Transformer.Layers[i].MoE; moe != nil {
-			mats = append(mats, &moe.Router.W.W) // Mats leaves the routers out
-		}
-	}
-	for _, m := range mats {
-		if s := sample[m.Type]; s == nil || m.Out*m.In > s.Out*s.In {
-			sample[m.Type] = m
-		}
-	}
+// waits on memory: for each type of the products a decoded token reads,
+// the rate of its largest matrix in L2 (kernelRate), and tok/s = 1 /
+// Σ bytes_t / rate_t. It returns 0 when a type could not be timed.
+func kernelBound(pool *parallel.Pool, products map[tensor.DType]model.Products) (float64, map[string]float64) {
 	rates := map[string]float64{}
 	var secs float64 // per token
-	types := make([]tensor.DType, 0, len(bytes))
-	for t := range bytes {
-		types = append(types, t)
-	}
-	slices.Sort(types)
-	for _, t := range types {
-		m := sample[t]
-		if m == nil {
-			return 0, nil
-		}
-		r := kernelRate(pool, m)
-		if r <= 0 || math.IsInf(r, 0) {
+	for t, p := range products {
+		r := kernelRate(pool, p.Largest)
+		if r <= 0 {
 			return 0, nil
 		}
 		rates[t.String()] = r
-		secs += float64(bytes[t]) / (r * 1e9)
+		secs += float64(p.Bytes) / (r * 1e9)
 	}
 	if secs <= 0 {
 		return 0, nil
