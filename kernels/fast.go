@@ -394,15 +394,22 @@ type fastFamily struct {
 	fullHM, oneHM []fastHMKernel
 }
 
-// fastRows is the rows of a block of fastMatMul: a 64-byte line of each
-// token's outputs.
-const fastRows = 16
+// fastRows is the rows of a block of fastMatMul: two 64-byte lines of
+// each token's outputs.
+const fastRows = 32
+
+// fastSpan is the elements of the fast product's span: each kernel call's
+// sums over one span are added to the tiles in order, a fixed grid, so a
+// token's bits do not depend on its batch. At 512, a span's activations of
+// one vector of 16 tokens (20 KiB) stay in L1 while a block's tiles of
+// rows pass them (figures: bench/README.md).
+const fastSpan = 512
 
 // fastMatMul is MatMulRowsP's fast product. Rows go in blocks of
-// fastRows, each block in tiles of the kernels' R rows (single rows at the
-// end of the range), and each tile span by span (dotSpan elements,
-// restarting at every I8 shard): the tile's weights are widened to int16
-// once (widenKernel, into L1) and meet every group of tokens there, so
+// fastRows, and each block span by span (fastSpan elements, restarting at
+// every I8 shard), each span in tiles of the kernels' R rows (single rows
+// at the end of the range): a tile's span of weights is widened to int16
+// once (widenKernel, into L1) and meets every group of tokens there, so
 // each weight byte is read from memory once per call. A kernel call adds
 // the span's sums to the block's float32 tiles, which thus receive the
 // spans in order from zero, the same order for every token in any batch;
@@ -450,7 +457,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		R, V = fam.R, fam.V
 	}
 	const gsz = fastRows * fastLanes // a group's tiles: [row][lane]
-	nbs, span := seg/32, dotSpan/32
+	nbs, span := seg/32, fastSpan/32
 	tp := getScratch((g1-g0)*gsz + 4*R*span)
 	defer scratchPool.Put(tp)
 	tiles, ds := (*tp)[:(g1-g0)*gsz], (*tp)[(g1-g0)*gsz:] // ds: scales, then mins
@@ -532,11 +539,11 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		p1 := min(p0+fastRows, hi)
 		clear(tiles)
 		if !scaled {
-			each(p0, p1, func(r0, rows int) {
-				for b0 := 0; b0 < nbs; b0 += span {
+			for b0 := 0; b0 < nbs; b0 += span {
+				each(p0, p1, func(r0, rows int) {
 					tile(p0, r0, rows, b0, min(span, nbs-b0))
-				}
-			})
+				})
+			}
 			fastScatter(dst, tiles, t0, t1, Out, p0, p1, nil)
 			continue
 		}

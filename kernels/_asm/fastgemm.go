@@ -118,23 +118,49 @@ func genFast(R, V int, fv fastVariant) {
 	// with scale (ds row offset) so: the whole block at once, or with
 	// halves each 16 weights with its own scale.
 	part := func(p0, p1, so, sxo int) {
-		acc := make([][]VecVirtual, R)
-		for r := range acc {
-			acc[r] = make([]VecVirtual, V)
-			for v := range acc[r] {
-				acc[r][v] = ZMM()
-				VXORPS(acc[r][v], acc[r][v], acc[r][v])
+		// With one vector of tokens, R chains of VPDPWSSD would wait on
+		// its latency: each row's pairs then alternate between two
+		// accumulators, added at the block's end (integers: the same sum).
+		chains := 1
+		if V == 1 {
+			chains = 2
+		}
+		acc := make([][][]VecVirtual, chains)
+		for c := range acc {
+			acc[c] = make([][]VecVirtual, R)
+			for r := range acc[c] {
+				acc[c][r] = make([]VecVirtual, V)
+				for v := range acc[c][r] {
+					acc[c][r][v] = ZMM()
+					VXORPS(acc[c][r][v], acc[c][r][v], acc[c][r][v])
+				}
 			}
 		}
 		for p := p0; p < p1; p++ {
+			a := acc[(p-p0)%chains]
 			xv := make([]VecVirtual, V)
 			for v := range xv {
 				xv[v] = ZMM()
 				VMOVDQU32(xat(v, 64*p), xv[v])
 			}
 			for r := 0; r < R; r++ {
+				if V == 1 {
+					VPDPWSSD_BCST(ws.at(r, 4*p), xv[0], a[r][0]) // exact Σ w·q per token lane
+					continue
+				}
+				// One broadcast for the V vectors: fewer loads than
+				// V embedded broadcasts, which bound the loop.
+				wv := ZMM()
+				VPBROADCASTD(ws.at(r, 4*p), wv)
 				for v := 0; v < V; v++ {
-					VPDPWSSD_BCST(ws.at(r, 4*p), xv[v], acc[r][v]) // exact Σ w·q per token lane
+					VPDPWSSD(wv, xv[v], a[r][v])
+				}
+			}
+		}
+		for c := 1; c < chains; c++ {
+			for r := 0; r < R; r++ {
+				for v := 0; v < V; v++ {
+					VPADDD(acc[c][r][v], acc[0][r][v], acc[0][r][v])
 				}
 			}
 		}
@@ -149,10 +175,10 @@ func genFast(R, V int, fv fastVariant) {
 		}
 		for r := 0; r < R; r++ {
 			for v := 0; v < V; v++ {
-				VCVTDQ2PS(acc[r][v], acc[r][v])
+				VCVTDQ2PS(acc[0][r][v], acc[0][r][v])
 				c := ZMM()
 				VMULPS_BCST(ds.at(r, so), dx[v], c) // dw·dx, rounded
-				VFMADD231PS(c, acc[r][v], out[r][v])
+				VFMADD231PS(c, acc[0][r][v], out[r][v])
 				if mins {
 					VFMADD231PS_BCST(dm.at(r, so), sx[v], out[r][v]) // + (-dmin·m)·dx·Σq
 				}
@@ -251,6 +277,15 @@ func widenNextSuperBlock(j Register, ptrs []Register, steps []int) {
 	JNZ(LabelRef("sb"))
 }
 
+// widenLead returns the bytes from a weight to the one at the same offset
+// of the next tile of rows: rows·ldw.
+func widenLead(ldw, rows Register) Register {
+	lead := GP64()
+	MOVQ(ldw, lead)
+	IMULQ(rows, lead)
+	return lead
+}
+
 func widenNextRow(w, ldw, rows Register) {
 	ADDQ(ldw, w)
 	DECQ(rows)
@@ -328,16 +363,21 @@ func genWiden(k fkind) string {
 			VMOVDQU(avx512.constVec("bytes10", 0x10101010), b1)
 		}
 	}
+	lead := widenLead(ldw, rows)
 	Label("row")
 	p := GP64()
 	MOVQ(w, p)
 	j := GP64()
 	MOVQ(nb, j)
 	Label("blk")
-	// The caller widens a row's spans one after the other: fetch the next
-	// span's line while this one is widened (rows of a few KiB are too
-	// short a run for the hardware prefetcher).
+	// The caller widens a tile of rows one span at a time, every tile of
+	// a block of rows at that span before the next span: fetch this row's
+	// line a few spans on, and the line at the same offset of the next
+	// tile, which starts the next block's rows when this is the block's
+	// last tile (rows of a few KiB are too short a run for the hardware
+	// prefetcher).
 	PREFETCHT0(Mem{Base: p, Disp: 64 * step})
+	PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1})
 	z := ZMM()
 	switch {
 	case k == fQ8 || k == fI8:
@@ -438,6 +478,7 @@ func genWidenQK(q5 bool) string {
 	}
 	sign := XMM()
 	VMOVSS(avx512.constVec("signmask", 0x80000000), sign)
+	lead := widenLead(ldw, rows)
 	Label("row")
 	p := GP64()
 	MOVQ(w, p)
@@ -446,6 +487,7 @@ func genWidenQK(q5 bool) string {
 	Label("sb")
 	for o := 0; o < sbBytes; o += 64 {
 		PREFETCHT0(Mem{Base: p, Disp: 8*sbBytes + o})
+		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
 	}
 	d, dmin := XMM(), XMM()
 	g := GP32()
@@ -539,6 +581,7 @@ func genWidenQ6K() string {
 	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), m0f)
 	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
 	VMOVDQU(avx512.constVec("bytes20", 0x20202020), c32)
+	lead := widenLead(ldw, rows)
 	Label("row")
 	p := GP64()
 	MOVQ(w, p)
@@ -547,6 +590,7 @@ func genWidenQ6K() string {
 	Label("sb")
 	for o := 0; o < 210; o += 64 {
 		PREFETCHT0(Mem{Base: p, Disp: 8*210 + o})
+		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
 	}
 	for n := 0; n < 2; n++ {
 		l0, l1, h := YMM(), YMM(), YMM()
@@ -607,6 +651,7 @@ func genWidenIQ4XS() string {
 	mask, tbl := XMM(), XMM()
 	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
 	VMOVDQU((&dq{a: avx512}).levels(), tbl)
+	lead := widenLead(ldw, rows)
 	Label("row")
 	p := GP64()
 	MOVQ(w, p)
@@ -615,6 +660,7 @@ func genWidenIQ4XS() string {
 	Label("sb")
 	for o := 0; o < 136; o += 64 {
 		PREFETCHT0(Mem{Base: p, Disp: 8*136 + o})
+		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
 	}
 	d := XMM()
 	g := GP32()
@@ -676,6 +722,7 @@ func genWidenQ3K() string {
 	VMOVDQU(avx512.constVec("bytes04", 0x04040404), c4)
 	c32 := ZMM()
 	VMOVDQU32(avx512.constVec("dw32", 32), c32)
+	lead := widenLead(ldw, rows)
 	Label("row")
 	p := GP64()
 	MOVQ(w, p)
@@ -684,6 +731,7 @@ func genWidenQ3K() string {
 	Label("sb")
 	for o := 0; o < 110; o += 64 {
 		PREFETCHT0(Mem{Base: p, Disp: 8*110 + o})
+		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
 	}
 	hm := YMM()
 	VMOVDQU(Mem{Base: p}, hm)
@@ -774,6 +822,7 @@ func genWidenQ2K() string {
 	m15, sign := ZMM(), ZMM()
 	VMOVDQU32(avx512.constVec("dw15", 15), m15)
 	VMOVDQU32(avx512.constVec("signmask", 0x80000000), sign)
+	lead := widenLead(ldw, rows)
 	Label("row")
 	p := GP64()
 	MOVQ(w, p)
@@ -782,6 +831,7 @@ func genWidenQ2K() string {
 	Label("sb")
 	for o := 0; o < 84; o += 64 {
 		PREFETCHT0(Mem{Base: p, Disp: 8*84 + o})
+		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
 	}
 	for n := 0; n < 2; n++ {
 		q := YMM()
