@@ -206,8 +206,9 @@ func MatMulRowsP(dst, x []float32, n int, m *Mat, lo, hi int, p Precision) {
 // FastActs holds activations quantised for Fast products, so that the
 // products sharing an input, and every range of outputs of each, quantise
 // it once: Prepare sizes it for n tokens of In, QuantizeRows fills tokens
-// (disjoint ranges may run concurrently), and MatMulRowsFast multiplies.
-// Its buffer comes from a pool; Release returns it.
+// (disjoint ranges may run concurrently; ranges that start at multiples of
+// FastGroup share no cache line), and MatMulRowsFast multiplies. Its
+// buffer comes from a pool; Release returns it.
 type FastActs struct {
 	a     *fastActs
 	n, In int
@@ -266,6 +267,12 @@ const fastTokenGroup = 128
 
 // fastLanes is the tokens of one activation vector.
 const fastLanes = 16
+
+// FastGroup is the tokens whose quantised activations FastActs interleaves
+// in the same cache lines: concurrent QuantizeRows ranges that start at
+// its multiples never write the same line (the cores would trade the
+// lines at every store otherwise).
+const FastGroup = fastLanes
 
 // fastActs holds the activations of a fast product, quantised per token
 // in blocks of 32 to int16 (quantizeBlock16) and interleaved 16 tokens to

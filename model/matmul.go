@@ -140,7 +140,7 @@ func (ws *workspace) quantizeFast(q *kernels.FastActs, x []float32, n, In int, f
 	q.Prepare(n, In)
 	t := &ws.quantJob
 	*t = quantTask{q: q, x: x, fast: fast}
-	ws.pool.Run(n, 1, t)
+	ws.pool.Run(n, kernels.FastGroup, t)
 	*t = quantTask{}
 	return q
 }
