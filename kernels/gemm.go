@@ -333,11 +333,11 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 	fam := &ks.dot[wkF32]
 	In, Out := m.In, m.Out
 	rb := m.stride()
-	c := min(In, dotSpan)
-	wp := getScratch(fam.R * c)
+	wp := getScratch(fam.R * min(In, dotSpan))
 	defer scratchPool.Put(wp)
 	w := *wp
-	unit := func(_, k0, k1, r0, R int) {
+	// span decodes and multiplies one span of rows [r0, r0+R).
+	span := func(k0, k1, r0, R int) {
 		kc := k1 - k0
 		for r := 0; r < R; r++ {
 			row := m.Data[(r0+r)*rb:]
@@ -364,7 +364,15 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 		}
 	}
 	if n > fam.T {
-		forTiles(n, fam.T, lo, hi, fam.R, 1, In, c, unit)
+		// Chunks of whole spans whose activations fit in L2 (a whole row
+		// for a few tokens), each tile of rows through a chunk span by
+		// span: each row is then read front to back, not one span on
+		// every pass over the matrix. Each output gets its spans in order.
+		forTiles(n, fam.T, lo, hi, fam.R, 1, In, chunk(n, In, 4, dotSpan), func(_, c0, c1, r0, R int) {
+			for k0 := c0; k0 < c1; k0 += dotSpan {
+				span(k0, min(k0+dotSpan, c1), r0, R)
+			}
+		})
 		return
 	}
 	// Decode: each tile of rows span by span, so that the weights stream
@@ -375,8 +383,8 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 		if hi-r0 < R {
 			R = 1
 		}
-		for k0 := 0; k0 < In; k0 += c {
-			unit(0, k0, min(k0+c, In), r0, R)
+		for k0 := 0; k0 < In; k0 += dotSpan {
+			span(k0, min(k0+dotSpan, In), r0, R)
 		}
 		r0 += R
 	}
