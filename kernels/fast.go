@@ -421,8 +421,9 @@ const fastSpan = 512
 // the span's sums to the block's float32 tiles, which thus receive the
 // spans in order from zero, the same order for every token in any batch;
 // the block is then stored to dst, a cache line of each token's outputs at
-// a time. I8 instead adds each span's tiles to dst times the shard's scale
-// (each product rounded, as the exact path does).
+// a time. I8 instead adds the tiles to dst times the shard's scale after
+// every dotSpan elements of the shard and at its end (each product
+// rounded, as the exact path does).
 func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, lo, hi int) {
 	if g := fastTokenGroup; t1-t0 > g {
 		// As dotAdd's tokenGroup: past it a span's activations of all the
@@ -559,8 +560,10 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 				each(p0, p1, func(r0, rows int) {
 					tile(p0, r0, rows, s*nbs+b0, min(span, nbs-b0))
 				})
-				fastScatter(dst, tiles, t0, t1, Out, p0, p1, m.Scales[s*Out:(s+1)*Out])
-				clear(tiles)
+				if e := b0 + span; e%(dotSpan/32) == 0 || e >= nbs {
+					fastScatter(dst, tiles, t0, t1, Out, p0, p1, m.Scales[s*Out:(s+1)*Out])
+					clear(tiles)
+				}
 			}
 		}
 	}
