@@ -38,6 +38,7 @@ func init() {
 		if x.HasAVX512VNNI {
 			v := *s
 			v.name, v.int8, v.fast, v.widen, v.quant16, v.quantS16 = "AVX512VNNI", &intVNNI, &fastVNNI, &widenVNNI, quant16VNNI, quantS16VNNI
+			v.intPeak = intPeakVNNI
 			levels = append(levels, &v)
 		}
 	}

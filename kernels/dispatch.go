@@ -219,6 +219,9 @@ type kernelSet struct {
 	// fmaPeak runs n iterations of peakChains register-only FMAs of
 	// lanes float32 lanes each (FMAPeak).
 	fmaPeak func(n int)
+	// intPeak runs n iterations of peakChains register-only 512-bit
+	// VPDPWSSDs (AVX512VNNI only): the int16 peak of the fast precision.
+	intPeak func(n int)
 	lanes   int
 }
 

@@ -36,6 +36,20 @@ func FMAPeak(iters int) (flops float64) {
 	return float64(iters) * peakChains * 2
 }
 
+// IntPeak runs iters iterations of a register-only loop of independent
+// 512-bit VPDPWSSDs on the calling goroutine and returns the operations it
+// performed, 2 per int16 product (a multiply and an add, as FLOPs count a
+// fused multiply-add), so that it compares with a prefill's FLOPs: the
+// peak of the fast precision's integer products. 0 on a machine without
+// AVX-512 VNNI (where Fast runs no integer products).
+func IntPeak(iters int) (ops float64) {
+	if s := active; iters > 0 && s != nil && s.intPeak != nil {
+		s.intPeak(iters)
+		return float64(iters) * peakChains * 32 * 2
+	}
+	return 0
+}
+
 // peakSink keeps the pure-Go loop's result alive (atomic: every thread of
 // the probe writes it).
 var peakSink atomic.Uint32

@@ -2537,3 +2537,6 @@ func quant16_VNNI(x *float32, nb int, dst *byte)
 //
 //go:noescape
 func quantS16_VNNI(x *float32, nb int, dst *byte, ds *float32)
+
+// intPeak_VNNI runs n iterations of 12 independent 512-bit VPDPWSSDs on registers only.
+func intPeak_VNNI(n int)

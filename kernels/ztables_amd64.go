@@ -1871,3 +1871,5 @@ var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI
 const quant16VNNI = k_quant16_VNNI
 
 const quantS16VNNI = k_quantS16_VNNI
+
+var intPeakVNNI = intPeak_VNNI

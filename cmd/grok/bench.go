@@ -110,6 +110,11 @@ type benchResult struct {
 	PrefillGFLOPs     float64 `json:"prefill_gflop_s"`
 	FMAPeakGFLOPs     float64 `json:"fma_peak_gflop_s"`
 	PrefillPeakRatio  float64 `json:"prefill_peak_ratio"`
+	// The fast prefill's work (the same FLOPs a token) against the int16
+	// peak of the same threads (VPDPWSSD, 2 operations a product), where
+	// a fast prefill ran integer products.
+	Int16PeakGOPs float64 `json:"int16_peak_gop_s,omitempty"`
+	FastPeakRatio float64 `json:"fast_prefill_peak_ratio,omitempty"`
 	// PairedRatio is the median over reps of each rep's decode GB/s over
 	// the best read pass next to it: steadier than RooflineRatio when other
 	// processes load the machine unevenly.
@@ -343,6 +348,12 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	defer meter.free()
 	bwPrev := meter.best(2)
 	peak := fmaPeakGFLOPs(pool, 3)
+	// Fast ran integer products when precisionNote says so.
+	ranInt := strings.HasPrefix(res.PrecisionRan, "fast (")
+	var intPeak float64
+	if ranInt {
+		intPeak = intPeakGOPs(pool, 3)
+	}
 
 	// Warm-up: touches every weight page once (the first pass over a mapped
 	// file pays its page faults) and sizes the workspace.
@@ -417,6 +428,9 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		meter.best(2)
 	}
 	peak = max(peak, fmaPeakGFLOPs(pool, 3))
+	if ranInt {
+		intPeak = max(intPeak, intPeakGOPs(pool, 3))
+	}
 	meter.crossCheck(2)
 	if meter.broken {
 		return errors.New("bench: the bandwidth probe's sums came out wrong (a lost range in the pool)")
@@ -438,6 +452,13 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	res.FMAPeakGFLOPs = peak
 	if peak > 0 {
 		res.PrefillPeakRatio = res.PrefillGFLOPs / peak
+	}
+	if intPeak > 0 {
+		fast := res.PrefillTokS
+		if o.both {
+			fast = res.FastPrefillTokS
+		}
+		res.Int16PeakGOPs, res.FastPeakRatio = intPeak, res.PrefillGFLOPToken*fast/intPeak
 	}
 	res.DecodeAllocs = float64(allocs) / float64(o.reps*B*o.n)
 	if cc != nil {
@@ -548,6 +569,10 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 	}
 	fmt.Fprintf(w, "compute   prefill%s %.1f GFLOP/s (%.3f GFLOP a token) / float32 FMA peak %.1f GFLOP/s (register-only FMAs, same threads, same run) = %.2f\n",
 		pre, r.PrefillGFLOPs, r.PrefillGFLOPToken, r.FMAPeakGFLOPs, r.PrefillPeakRatio)
+	if r.Int16PeakGOPs > 0 {
+		fmt.Fprintf(w, "compute   prefill fast %.1f GOP/s / int16 peak %.1f GOP/s (register-only VPDPWSSDs, same threads, same run) = %.2f\n",
+			r.FastPeakRatio*r.Int16PeakGOPs, r.Int16PeakGOPs, r.FastPeakRatio)
+	}
 	fmt.Fprintf(w, "decode    %d tokens%s: %.2f tok/s (median of %d: %s), %.2f allocations/token\n", r.Gen, of, r.DecodeTokS, r.Reps, runsList(r.DecodeRuns), r.DecodeAllocs)
 	if r.TP > 1 {
 		fmt.Fprintf(w, "comm      per decode step: %.0f collectives, %.1f KB payload, %.3f ms in them = %.1f %% of decode (median of %d: %s); %.1f µs a collective\n",

@@ -14,6 +14,7 @@ import (
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
+	"github.com/grok-go/grok/tensor"
 )
 
 func benchJSON(t *testing.T, args ...string) benchResult {
@@ -161,6 +162,18 @@ func TestBenchMakeModel(t *testing.T) {
 	}
 	if !(r.WeightsReadGBs > 0) {
 		t.Errorf("bench of a GGUF file reports no read pass over its weights (weights_read_gb_s %v)", r.WeightsReadGBs)
+	}
+
+	// The fast prefill against the int16 peak, where Q8_0 multiplies in
+	// integers on this machine (else no such figure).
+	rf := benchJSON(t, "-m", paths["q8_0"], "-p", "8", "-n", "2", "--precision", "both")
+	if kernels.FastTypes(tensor.Q8_0) {
+		want := rf.PrefillGFLOPToken * rf.FastPrefillTokS / rf.Int16PeakGOPs
+		if !(rf.Int16PeakGOPs > 0) || rf.FastPeakRatio != want {
+			t.Errorf("--precision both: int16 peak %g GOP/s, fast ratio %g, want %g", rf.Int16PeakGOPs, rf.FastPeakRatio, want)
+		}
+	} else if rf.Int16PeakGOPs != 0 || rf.FastPeakRatio != 0 {
+		t.Errorf("--precision both without integer products: int16 peak %g, ratio %g", rf.Int16PeakGOPs, rf.FastPeakRatio)
 	}
 
 	// Several sequences together: aggregate tok/s, no roofline.
@@ -341,6 +354,9 @@ func TestBenchPrecisionBoth(t *testing.T) {
 	}
 	if !strings.Contains(r.PrecisionRan, "ran exact") || !strings.Contains(r.PrecisionRan, "F16") {
 		t.Errorf("precision_ran %q does not say the F16 products ran exact", r.PrecisionRan)
+	}
+	if r.Int16PeakGOPs != 0 || r.FastPeakRatio != 0 {
+		t.Errorf("no integer products ran, yet an int16 peak %g GOP/s and ratio %g", r.Int16PeakGOPs, r.FastPeakRatio)
 	}
 	out, e, code := grok(t, "bench", "-p", "4", "-n", "2", "-r", "1", "--bw-mb", "8", "--precision", "both")
 	if code != 0 {

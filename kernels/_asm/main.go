@@ -133,6 +133,7 @@ func main() {
 	}
 	genIntFamily(&tb, avxvnni)
 	genFastTable(&tb)
+	fmt.Fprintf(&tb, "\nvar intPeakVNNI = %s\n", genIntPeak())
 	Generate()
 	if f := flag.Lookup("out"); f != nil && f.Value.String() != "" {
 		if err := rewriteVEXVNNI(f.Value.String()); err != nil {

@@ -46,3 +46,37 @@ func genFMAPeak(a arch) string {
 	RET()
 	return name
 }
+
+// genIntPeak emits intPeak_VNNI(n): n iterations of peakChains
+// register-only 512-bit VPDPWSSDs, the int16 peak that `grok bench`
+// compares the fast precision's prefill with (kernels.IntPeak).
+func genIntPeak() string {
+	name := "intPeak_VNNI"
+	TEXT(name, NOSPLIT, "func(n int)")
+	Doc(fmt.Sprintf("%s runs n iterations of %d independent 512-bit VPDPWSSDs on registers only.", name, peakChains))
+	n := Load(Param("n"), GP64())
+	x, y := ZMM(), ZMM()
+	VPXORD(x, x, x)
+	VPXORD(y, y, y)
+	acc := make([]VecVirtual, peakChains)
+	for i := range acc {
+		acc[i] = ZMM()
+		VPXORD(acc[i], acc[i], acc[i])
+	}
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	for _, r := range acc {
+		VPDPWSSD(x, y, r)
+	}
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	// Keep the chains live to the end so that no pass drops them.
+	for _, r := range acc[1:] {
+		VPADDD(r, acc[0], acc[0])
+	}
+	VZEROUPPER()
+	RET()
+	return name
+}
