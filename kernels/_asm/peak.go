@@ -18,8 +18,22 @@ const peakChains = 12
 // prefill with (kernels.FMAPeak).
 func genFMAPeak(a arch) string {
 	name := "fmaPeak_" + a.name
+	return genPeakLoop(a, name, fmt.Sprintf("%s runs n iterations of %d independent %d-lane FMAs on registers only.", name, peakChains, a.V), VFMADD231PS, VADDPS)
+}
+
+// genIntPeak emits intPeak_VNNI(n): n iterations of peakChains
+// register-only 512-bit VPDPWSSDs, the int16 peak that `grok bench`
+// compares the fast precision's prefill with (kernels.IntPeak).
+func genIntPeak() string {
+	name := "intPeak_VNNI"
+	return genPeakLoop(avx512, name, fmt.Sprintf("%s runs n iterations of %d independent 512-bit VPDPWSSDs on registers only.", name, peakChains), VPDPWSSD, VPADDD)
+}
+
+// genPeakLoop emits name(n): n iterations of peakChains independent
+// op(x, y, acc) on a's vectors, registers only.
+func genPeakLoop(a arch, name, doc string, op, add func(...Op)) string {
 	TEXT(name, NOSPLIT, "func(n int)")
-	Doc(fmt.Sprintf("%s runs n iterations of %d independent %d-lane FMAs on registers only.", name, peakChains, a.V))
+	Doc(doc)
 	n := Load(Param("n"), GP64())
 	x, y := a.vec(), a.vec()
 	a.zero(x)
@@ -33,48 +47,14 @@ func genFMAPeak(a arch) string {
 	JZ(LabelRef("done"))
 	Label("loop")
 	for _, r := range acc {
-		VFMADD231PS(x, y, r)
+		op(x, y, r)
 	}
 	DECQ(n)
 	JNZ(LabelRef("loop"))
 	Label("done")
 	// Keep the chains live to the end so that no pass drops them.
 	for _, r := range acc[1:] {
-		VADDPS(r, acc[0], acc[0])
-	}
-	VZEROUPPER()
-	RET()
-	return name
-}
-
-// genIntPeak emits intPeak_VNNI(n): n iterations of peakChains
-// register-only 512-bit VPDPWSSDs, the int16 peak that `grok bench`
-// compares the fast precision's prefill with (kernels.IntPeak).
-func genIntPeak() string {
-	name := "intPeak_VNNI"
-	TEXT(name, NOSPLIT, "func(n int)")
-	Doc(fmt.Sprintf("%s runs n iterations of %d independent 512-bit VPDPWSSDs on registers only.", name, peakChains))
-	n := Load(Param("n"), GP64())
-	x, y := ZMM(), ZMM()
-	VPXORD(x, x, x)
-	VPXORD(y, y, y)
-	acc := make([]VecVirtual, peakChains)
-	for i := range acc {
-		acc[i] = ZMM()
-		VPXORD(acc[i], acc[i], acc[i])
-	}
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	for _, r := range acc {
-		VPDPWSSD(x, y, r)
-	}
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	// Keep the chains live to the end so that no pass drops them.
-	for _, r := range acc[1:] {
-		VPADDD(r, acc[0], acc[0])
+		add(r, acc[0], acc[0])
 	}
 	VZEROUPPER()
 	RET()
