@@ -37,11 +37,23 @@ func replicas(t *testing.T, n int) []*model.LanguageModel {
 // adds its replicas' figures up.
 func TestGroupEqualsOneEngineAndSpreads(t *testing.T) {
 	one := newEngine(t, testModel(t), Options{Slots: 1, NoPromptCache: true})
-	g, err := NewGroup(replicas(t, 3), nil, Options{Slots: 3, NoPromptCache: true})
+	// The replicas run no step until the first three requests are placed:
+	// else one could finish before the next is submitted (a loaded machine
+	// can pause the test that long) and rightly take it too.
+	gate := make(chan struct{})
+	g, err := NewGroup(replicas(t, 3), nil, Options{Slots: 3, NoPromptCache: true, BeforeStep: func() { <-gate }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Close)
+	open := true
+	release := func() {
+		if open {
+			open = false
+			close(gate)
+		}
+	}
+	t.Cleanup(release) // before g.Close (cleanups run last first), if a check stops the test early
 	if g.Replicas() != 3 || g.Slots() != 3 || g.Context() != one.Context() {
 		t.Fatalf("group: %d replicas, %d slots, context %d; want 3, 3, %d", g.Replicas(), g.Slots(), g.Context(), one.Context())
 	}
@@ -71,6 +83,7 @@ func TestGroupEqualsOneEngineAndSpreads(t *testing.T) {
 			t.Errorf("three requests at once on three one-slot replicas: replica %d got %d", i, n)
 		}
 	}
+	release()
 	for i, s := range streams {
 		var lps []float32
 		got, _ := collectWith(t, s, func(ti TokenInfo) { lps = append(lps, ti.Logprob) })
