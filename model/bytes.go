@@ -129,8 +129,10 @@ func matBytes(m *kernels.Mat) int64 {
 // of one prefill of p tokens into an empty sequence, per token: every
 // weight matrix a token uses (attention, router, its num_selected_experts
 // experts, a dense MLP), its attention over the positions before it
-// (scores and weighted values: 4·H·K per position), and the unembedding
-// once for the last token only (Forward computes no other logits).
+// (scores and weighted values: 4·H·K per position), and the last layer's
+// feed-forward (router, experts, dense MLP) and the unembedding once, for
+// the last token only (Forward computes no other logits, and so no other
+// row of the last feed-forward).
 // Element-wise work (norms, RoPE, softmax, gelu) is left out: it is a few
 // FLOPs per activation, under 0.1 % of the products at Grok-1's shapes.
 func (lm *LanguageModel) PrefillFLOPs(p int) float64 {
@@ -153,18 +155,23 @@ func (lm *LanguageModel) PrefillFLOPs(p int) float64 {
 		mac += matElems(&a.Query.W) + matElems(&a.Key.W) + matElems(&a.Value.W) + matElems(&a.Linear.W)
 		// Position t attends to t+1 keys: the mean over 0..p-1 is (p+1)/2.
 		mac += 2 * float64(c.NumQHeads*c.KeySize) * float64(p+1) / 2
+		ffn := 0.0
 		switch {
 		case d.MoE != nil:
-			mac += matElems(&d.MoE.Router.W.W)
+			ffn += matElems(&d.MoE.Router.W.W)
 			for e := 0; e < d.MoE.Router.TopK; e++ {
-				mac += matElems(&d.MoE.Linear[e].W) + matElems(&d.MoE.LinearV[e].W) + matElems(&d.MoE.Linear1[e].W)
+				ffn += matElems(&d.MoE.Linear[e].W) + matElems(&d.MoE.LinearV[e].W) + matElems(&d.MoE.Linear1[e].W)
 			}
 			if r := d.MoE.Residual; r != nil {
-				mac += matElems(&r.Linear.W) + matElems(&r.LinearV.W) + matElems(&r.Linear1.W)
+				ffn += matElems(&r.Linear.W) + matElems(&r.LinearV.W) + matElems(&r.Linear1.W)
 			}
 		case d.Dense != nil:
-			mac += matElems(&d.Dense.Linear.W) + matElems(&d.Dense.LinearV.W) + matElems(&d.Dense.Linear1.W)
+			ffn += matElems(&d.Dense.Linear.W) + matElems(&d.Dense.LinearV.W) + matElems(&d.Dense.Linear1.W)
 		}
+		if i == len(lm.Transformer.Layers)-1 {
+			ffn /= float64(p)
+		}
+		mac += ffn
 	}
 	mac += matElems(&lm.Unembed.W) / float64(p)
 	return 2 * mac

@@ -56,7 +56,7 @@ func TestDecodeStepBytesGrok2(t *testing.T) {
 
 // PrefillFLOPs, from the config alone: 2 per multiply-add of every product
 // a token runs, its attention over (p+1)/2 positions on average, and the
-// unembedding once per prefill.
+// last layer's feed-forward and the unembedding once per prefill.
 func TestPrefillFLOPs(t *testing.T) {
 	for _, g2 := range []bool{false, true} {
 		c := testmodel.SmallConfig()
@@ -69,7 +69,8 @@ func TestPrefillFLOPs(t *testing.T) {
 		k, E, Fd := float64(c.NumSelectedExperts), float64(c.NumExperts), float64(c.DenseFFNSize)
 		for _, p := range []int{1, 7, 128} {
 			attn := 2 * qd * float64(p+1) / 2
-			want := 2 * (L*(D*(2*qd+2*kd)+attn+E*D+k*3*D*F+3*D*Fd) + V*D/float64(p))
+			ffn := E*D + k*3*D*F + 3*D*Fd
+			want := 2 * (L*(D*(2*qd+2*kd)+attn) + (L-1+1/float64(p))*ffn + V*D/float64(p))
 			if got := lm.PrefillFLOPs(p); math.Abs(got-want) > 1e-9*want {
 				t.Errorf("grok2=%v p=%d: %v FLOP/token, want %v", g2, p, got, want)
 			}

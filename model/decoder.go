@@ -19,6 +19,13 @@ type DecoderLayer struct {
 
 // Forward updates the residual stream h (N×D) in place.
 func (d *DecoderLayer) Forward(h []float32, N, l int, seqs []attnSeq, mem *KVMemory, ws *workspace) {
+	d.attend(h, N, l, seqs, mem, ws)
+	d.feedForward(h, N, ws)
+}
+
+// attend is the layer's first half: h += RMSNorm1(attention(RMSNorm(h))),
+// which also writes the N rows' keys and values to mem.
+func (d *DecoderLayer) attend(h []float32, N, l int, seqs []attnSeq, mem *KVMemory, ws *workspace) {
 	D := len(d.RMSNorm.Scale)
 	xn, a := ws.xn[:N*D], ws.a[:N*D]
 	d.RMSNorm.Forward(xn, h, N)
@@ -26,7 +33,13 @@ func (d *DecoderLayer) Forward(h []float32, N, l int, seqs []attnSeq, mem *KVMem
 	ws.reduce(a[:N*D]) // a shard's partial output projection (shard.go)
 	d.RMSNorm1.Forward(a, a, N)
 	kernels.Axpy(h[:N*D], 1, a)
+}
 
+// feedForward is the second half: h += RMSNorm3(MoE or MLP(RMSNorm2(h)))
+// for N rows, each on its own (ws.fast, if set, has a precision a row).
+func (d *DecoderLayer) feedForward(h []float32, N int, ws *workspace) {
+	D := len(d.RMSNorm.Scale)
+	xn, a := ws.xn[:N*D], ws.a[:N*D]
 	d.RMSNorm2.Forward(xn, h, N)
 	if d.MoE != nil {
 		d.MoE.Forward(a, xn, N, ws)

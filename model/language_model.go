@@ -26,9 +26,11 @@ type LanguageModel struct {
 
 	// Precision is the arithmetic of the weight products of prefill: of
 	// every input of more than one token (kernels.Precision; Exact by
-	// default). Inputs of one token (decode steps) are always exact. Each
-	// token is quantised alone under Fast, so its logits do not depend on
-	// the other inputs of the call.
+	// default), in every layer but the last's feed-forward, which runs,
+	// like the unembedding, only for the rows whose logits are wanted and
+	// always exact. Inputs of one token (decode steps) are always exact.
+	// Each token is quantised alone under Fast, so its logits do not
+	// depend on the other inputs of the call.
 	Precision kernels.Precision
 
 	// Pool runs Forward's matrix products and attention on several threads
@@ -344,7 +346,6 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 	h := ws.h[:N*D]
 	ws.seqs = ws.seqs[:0]
 	ws.outRows = ws.outRows[:0]
-	ws.outFast = ws.outFast[:0]
 	anyFast := false
 	r := 0
 	for i, in := range inputs {
@@ -370,7 +371,6 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 			}
 			if in.AllLogits || t == len(in.Tokens)-1 {
 				ws.outRows = append(ws.outRows, r+t)
-				ws.outFast = append(ws.outFast, fast)
 			}
 		}
 		r += len(in.Tokens)
@@ -383,19 +383,43 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 	if anyFast {
 		ws.fast = ws.rowFast[:N]
 	}
-	for l := range lm.Transformer.Layers {
-		lm.Transformer.Layers[l].Forward(h, N, l, ws.seqs, mem, ws)
+	layers := lm.Transformer.Layers
+	for l := range layers {
+		if l < len(layers)-1 {
+			layers[l].Forward(h, N, l, ws.seqs, mem, ws)
+			continue
+		}
+		layers[l].attend(h, N, l, ws.seqs, mem, ws)
+		n := N
+		if rows < N {
+			// The last feed-forward only for the rows whose logits are
+			// wanted, moved to the front of h in order (llama.cpp's graphs
+			// do the same): the others' outputs would feed nothing, their
+			// keys and values written by attend. Each row is computed on
+			// its own, so the kept rows have the bits of a full pass.
+			for i, row := range ws.outRows {
+				copy(h[i*D:(i+1)*D], h[row*D:(row+1)*D]) // row ≥ i: rows ascend
+			}
+			n = rows
+		}
+		// It runs exact, as the unembedding does, for every row: when
+		// generating it has one row a sequence, where the fast products'
+		// widening of whole matrices costs more than it saves, and a row's
+		// precision must not depend on how many rows there are.
+		ws.fast = nil
+		layers[l].feedForward(h, n, ws)
 	}
 	if ws.commErr != nil {
 		return nil, ws.commErr
 	}
-	// Final norm and unembedding only for the rows whose logits are wanted.
+	// Final norm and unembedding only for the rows whose logits are wanted
+	// (the first rows of h when the last layer kept only them).
 	xn := ws.xn[:rows*D]
 	for i, row := range ws.outRows {
+		if rows < N && len(layers) > 0 {
+			row = i
+		}
 		kernels.RMSNorm(xn[i*D:(i+1)*D], h[row*D:(row+1)*D], lm.RMSNorm.Scale, lm.RMSNorm.Eps)
-	}
-	if anyFast {
-		ws.fast = ws.outFast
 	}
 	var logits []float32
 	if lm.shard != nil {

@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"github.com/grok-go/grok/internal/testmodel"
+	"github.com/grok-go/grok/kernels"
 	"github.com/grok-go/grok/model"
 	"math/rand/v2"
 	"slices"
@@ -324,5 +325,65 @@ func TestNewErrorsGrok2(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Forward runs the last layer's feed-forward only for the rows whose
+// logits are wanted; their logits keep the bits of the pass that computes
+// every row, in a ragged batch of prompts, decode steps and a sequence
+// that wants all its logits, in both precisions.
+func TestLastLayerOnlyWantedRows(t *testing.T) {
+	for _, cfg := range []struct {
+		name string
+		c    model.Config
+	}{{"grok-1", testmodel.SmallConfig()}, {"grok-2", testmodel.SmallGrok2Config()}} {
+		lm := mustModel(t, cfg.c, testmodel.Random(cfg.c, 3))
+		rng := rand.New(rand.NewPCG(5, 6))
+		seqs := [][]int{randTokens(rng, 9, cfg.c.VocabSize, false), randTokens(rng, 1, cfg.c.VocabSize, false),
+			randTokens(rng, 6, cfg.c.VocabSize, false), randTokens(rng, 4, cfg.c.VocabSize, false)}
+		for _, p := range []kernels.Precision{kernels.Exact, kernels.Fast} {
+			t.Run(cfg.name+"/"+p.String(), func(t *testing.T) {
+				lm.Precision = p
+				defer func() { lm.Precision = kernels.Exact }()
+				run := func(all func(i int) bool) [][]float32 {
+					mem, err := model.NewKVMemory(&cfg.c, len(seqs), 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var in []model.Input
+					for i, s := range seqs {
+						in = append(in, model.Input{Slot: i, Tokens: s, AllLogits: all(i)})
+					}
+					out, err := lm.Forward(mem, in)
+					if err != nil {
+						t.Fatal(err)
+					}
+					V, off := cfg.c.VocabSize, 0
+					var rows [][]float32
+					for i, s := range seqs {
+						n := 1
+						if all(i) {
+							n = len(s)
+						}
+						// The sequence's last row, copied: the next call reuses out.
+						rows = append(rows, append([]float32(nil), out[(off+n-1)*V:(off+n)*V]...))
+						off += n
+					}
+					return rows
+				}
+				full := run(func(int) bool { return true })
+				for name, all := range map[string]func(int) bool{
+					"last rows only":     func(int) bool { return false },
+					"one sequence's all": func(i int) bool { return i == 2 },
+				} {
+					got := run(all)
+					for i := range seqs {
+						if d := testmodel.MaxAbsDiff(got[i], full[i]); d != 0 {
+							t.Errorf("%s: sequence %d's last logits differ from the full pass's by %g", name, i, d)
+						}
+					}
+				}
+			})
+		}
 	}
 }

@@ -17,10 +17,10 @@ type workspace struct {
 	seqs                []attnSeq // the call's sequences
 	rowSeq              []int     // N: index in seqs of each row
 	outRows             []int     // rows of h whose logits are wanted
-	// rowFast and outFast say which rows of h, and of the unembedding's
-	// inputs, multiply at the fast precision (LanguageModel.Precision);
+	// rowFast says which rows of h multiply at the fast precision
+	// (LanguageModel.Precision) in every layer but the last's feed-forward;
 	// fast is the mask of the products running now (nil: all exact).
-	rowFast, outFast, fast []bool
+	rowFast, fast []bool
 
 	// The thread pool the loops run on. Each loop body is a struct reused
 	// for every loop, so that handing it to the pool allocates nothing (a
