@@ -170,7 +170,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	layers := fs.Int("layers", 0, "with --make-model: decoder layers (0 = the configuration's)")
 	kv := addKVFlags(fs)
 	variant := fs.String("kernels", "", "kernel level to run: "+strings.Join(kernels.Variants(), ", ")+" (default: the best this CPU runs)")
-	prec := fs.String("precision", "exact", "prefill arithmetic: exact, fast (int16 activations, integer products for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K–Q6_K, the codebook i-quants and [out, in] int8 weights) or both (each round times an exact and a fast prefill); decode is exact")
+	prec := fs.String("precision", "exact", "prefill arithmetic: exact, fast (int16 activations, integer products for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K–Q6_K, the codebook i-quants and [out, in] int8 weights) or both (each round times an exact and a fast prefill); decode, the last layer's feed-forward and the unembedding are exact")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 // weight products (model.LanguageModel.Precision). Decode is always exact.
 type precisionFlag struct{ p kernels.Precision }
 
-const precisionHelp = "prefill arithmetic: exact (float32 activations) or fast (activations quantised to int16, integer products with VNNI, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K–Q6_K, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M and [out, in] int8 weights on AVX-512 VNNI CPUs; F32, F16 and BF16 exact); decode is always exact"
+const precisionHelp = "prefill arithmetic: exact (float32 activations) or fast (activations quantised to int16, integer products with VNNI, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K–Q6_K, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M and [out, in] int8 weights on AVX-512 VNNI CPUs; F32, F16 and BF16 exact); decode, the last layer's feed-forward and the unembedding are always exact"
 
 func (f *precisionFlag) String() string { return f.p.String() }
 
