@@ -384,39 +384,36 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 		ws.fast = ws.rowFast[:N]
 	}
 	layers := lm.Transformer.Layers
-	for l := range layers {
-		if l < len(layers)-1 {
-			layers[l].Forward(h, N, l, ws.seqs, mem, ws)
-			continue
-		}
-		layers[l].attend(h, N, l, ws.seqs, mem, ws)
-		n := N
-		if rows < N {
-			// The last feed-forward only for the rows whose logits are
-			// wanted, moved to the front of h in order (llama.cpp's graphs
-			// do the same): the others' outputs would feed nothing, their
-			// keys and values written by attend. Each row is computed on
-			// its own, so the kept rows have the bits of a full pass.
-			for i, row := range ws.outRows {
-				copy(h[i*D:(i+1)*D], h[row*D:(row+1)*D]) // row ≥ i: rows ascend
-			}
-			n = rows
-		}
-		// It runs exact, as the unembedding does, for every row: when
-		// generating it has one row a sequence, where the fast products'
-		// widening of whole matrices costs more than it saves, and a row's
-		// precision must not depend on how many rows there are.
-		ws.fast = nil
-		layers[l].feedForward(h, n, ws)
+	last := len(layers) - 1 // Config requires num_layers > 0
+	for l := range layers[:last] {
+		layers[l].Forward(h, N, l, ws.seqs, mem, ws)
 	}
+	layers[last].attend(h, N, last, ws.seqs, mem, ws)
+	// The last feed-forward only for the rows whose logits are wanted,
+	// moved to the front of h in order (llama.cpp's graphs do the same):
+	// the others' outputs would feed nothing, their keys and values written
+	// by attend. Each row is computed on its own, so the kept rows have the
+	// bits of a full pass.
+	front := rows < N
+	if front {
+		for i, row := range ws.outRows {
+			copy(h[i*D:(i+1)*D], h[row*D:(row+1)*D]) // row ≥ i: rows ascend
+		}
+	}
+	// It runs exact, as the unembedding does, for every row: when
+	// generating it has one row a sequence, where the fast products'
+	// widening of whole matrices costs more than it saves, and a row's
+	// precision must not depend on how many rows there are.
+	ws.fast = nil
+	layers[last].feedForward(h, rows, ws)
 	if ws.commErr != nil {
 		return nil, ws.commErr
 	}
 	// Final norm and unembedding only for the rows whose logits are wanted
-	// (the first rows of h when the last layer kept only them).
+	// (the first rows of h when the last feed-forward kept only them).
 	xn := ws.xn[:rows*D]
 	for i, row := range ws.outRows {
-		if rows < N && len(layers) > 0 {
+		if front {
 			row = i
 		}
 		kernels.RMSNorm(xn[i*D:(i+1)*D], h[row*D:(row+1)*D], lm.RMSNorm.Scale, lm.RMSNorm.Eps)
