@@ -348,8 +348,8 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	defer meter.free()
 	bwPrev := meter.best(2)
 	peak := fmaPeakGFLOPs(pool, 3)
-	// Fast ran integer products when precisionNote says so.
-	ranInt := strings.HasPrefix(res.PrecisionRan, "fast (")
+	fastTypes, _ := fastSplit(lm)
+	ranInt := res.Precision != "exact" && len(fastTypes) > 0 // a fast prefill multiplies in integers
 	var intPeak float64
 	if ranInt {
 		intPeak = intPeakGOPs(pool, 3)

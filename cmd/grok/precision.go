@@ -33,17 +33,7 @@ func precisionNote(p kernels.Precision, lm *model.LanguageModel) string {
 	if p != kernels.Fast {
 		return "exact"
 	}
-	fast, exact := map[string]bool{}, map[string]bool{}
-	add := func(m *kernels.Mat) {
-		if kernels.FastTypes(m.Type) && !m.Transposed {
-			fast[m.Type.String()] = true
-		} else {
-			exact[m.Type.String()] = true
-		}
-	}
-	for _, m := range lm.Mats() {
-		add(m)
-	}
+	fast, exact := fastSplit(lm)
 	list := func(s map[string]bool) string {
 		var l []string
 		for k := range s {
@@ -59,4 +49,18 @@ func precisionNote(p kernels.Precision, lm *model.LanguageModel) string {
 		return fmt.Sprintf("fast requested, ran exact (no integer products for %s on %s kernels)", list(exact), kernels.Variant())
 	}
 	return fmt.Sprintf("fast (int16 activations × %s weights in integers; exact for %s; %s kernels)", list(fast), list(exact), kernels.Variant())
+}
+
+// fastSplit returns the weight types of lm's products that multiply in
+// integers under kernels.Fast on this machine, and those that stay exact.
+func fastSplit(lm *model.LanguageModel) (fast, exact map[string]bool) {
+	fast, exact = map[string]bool{}, map[string]bool{}
+	for _, m := range lm.Mats() {
+		if kernels.FastTypes(m.Type) && !m.Transposed {
+			fast[m.Type.String()] = true
+		} else {
+			exact[m.Type.String()] = true
+		}
+	}
+	return fast, exact
 }
