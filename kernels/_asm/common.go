@@ -302,16 +302,15 @@ func (a arch) constWords(name string, w []uint16) Mem {
 	return m
 }
 
-// prefetchRows is how many weight rows a kernel for R rows and T tokens
-// addresses. Decode-sized kernels (T ≤ 2) also address the next R rows and
-// prefetch them, one cache line per row and step, while working on these:
-// in a GEMV the next call starts on those rows, and rows of a few KiB are
-// too short for the hardware prefetcher to have ramped up on its own (each
-// new 4 KiB page restarts its training). Larger tiles reuse each row for
-// many tokens and are not bound by the stream.
-func prefetchRows(R, T int) int {
-	if T <= 2 {
-		return 2 * R
-	}
-	return R
+// prefetchRows is how many weight rows a kernel for R rows (of any tokens)
+// addresses: its own and the next R, which it prefetches, one cache line
+// per row and step, while working on its own. In a GEMV or a decode step's
+// product of a few tokens the next call starts on those rows, and rows of
+// a few KiB are too short for the hardware prefetcher to have ramped up on
+// its own (each new 4 KiB page restarts its training). Tiles of 3 to 6
+// tokens once left it out, as prefill reuses each row for many tokens, and
+// decoded a batch of 3 to 5 tokens at half a batch of 2's rate
+// (bench/README.md).
+func prefetchRows(R int) int {
+	return 2 * R
 }

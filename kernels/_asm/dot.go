@@ -98,7 +98,7 @@ func genDot(a arch, k wkind, R, T int) {
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n steps of %d elements, span by span of %d elements, to out[t][r] for %d %s weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).",
 		dotName(a, k, R, T), dotStepElems(a, k), sumSpan, R, k, T))
-	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R, T))
+	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R))
 	x := newStrided(Load(Param("x"), GP64()), Load(Param("ldx"), GP64()), T)
 	n := Load(Param("n"), GP64())
 	out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
@@ -196,13 +196,12 @@ func (a arch) q8Scale(m Mem) VecVirtual {
 
 // pipelined reports whether the dot kernel of R rows and T tokens loads
 // each step's weights one step ahead (genDotPipelined): decode-sized
-// kernels (T ≤ 2, which also prefetch the next rows), when the registers
-// (32 zmm, 16 ymm) hold the accumulators, a step's weights as stored,
-// their float32 conversions (one at a time for one token, a row's each for
-// two), the Q8_0 scales, a token vector and, where a raw register holds
-// two vectors, the extracted upper half. On ymm that leaves the four-row
-// tiles of F32, F16 and BF16, Q8_0's two-row tile and the single-row
-// kernels.
+// kernels (T ≤ 2), when the registers (32 zmm, 16 ymm) hold the
+// accumulators, a step's weights as stored, their float32 conversions (one
+// at a time for one token, a row's each for two), the Q8_0 scales, a token
+// vector and, where a raw register holds two vectors, the extracted upper
+// half. On ymm that leaves the four-row tiles of F32, F16 and BF16, Q8_0's
+// two-row tile and the single-row kernels.
 func pipelined(a arch, k wkind, R, T int) bool {
 	if T > 2 {
 		return false

@@ -49,11 +49,11 @@ func genInOut(a arch, k wkind, K, T int) {
 	acc := newStrided(Load(Param("acc"), GP64()), Load(Param("lda"), GP64()), T)
 	wp := GP64()
 	MOVQ(w0, wp)
-	// Decode-sized kernels prefetch the next group's rows, one line per row
-	// and cache line of this group's: a run out of each row is too short for
+	// The kernels prefetch the next group's rows, one line per row and
+	// cache line of this group's: a run out of each row is too short for
 	// the hardware prefetcher, which restarts at every 4 KiB page.
-	pf := prefetchRows(K, T) > K
-	w := newStrided(wp, ldw, prefetchRows(K, T))
+	pf := prefetchRows(K) > K
+	w := newStrided(wp, ldw, prefetchRows(K))
 	xb := make([][]VecVirtual, T)
 	for t := range xb {
 		xb[t] = make([]VecVirtual, K)

@@ -75,7 +75,7 @@ func genInt(a arch, k ikind, R, T int) {
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s adds Σ_blocks dx[t][b]·%sΣ_j W[r][b][j]·xq[t][b][j] over n steps of %d blocks, span by span of %d blocks, to out[t][r] for %d %s weight rows (stride ldw bytes), %d quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).",
 		name, map[ikind]string{iQ8: "dw[r][b]·", iI8: ""}[k], intBlocks(a), sumSpan/32, R, k, T))
-	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R, T))
+	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R))
 	ldx := Load(Param("ldx"), GP64())
 	xq := newStrided(Load(Param("xq"), GP64()), ldx, T)
 	dx := &strided{base: Load(Param("dx"), GP64()), stride: ldx, stride3: xq.stride3}
