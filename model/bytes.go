@@ -139,11 +139,27 @@ func (lm *LanguageModel) PrefillFLOPs(p int) float64 {
 	if p <= 0 {
 		return 0
 	}
+	// Position t attends to t+1 keys: the mean over 0..p-1 is (p+1)/2.
+	return lm.tokenFLOPs(float64(p+1)/2, 1/float64(p))
+}
+
+// DecodeFLOPs returns the floating-point operations of decoding one token
+// at position pos (after pos earlier ones), counted as PrefillFLOPs counts
+// them: a decoded token runs every layer's feed-forward and the whole
+// unembedding, and attends to pos+1 keys.
+func (lm *LanguageModel) DecodeFLOPs(pos int) float64 {
+	return lm.tokenFLOPs(float64(pos+1), 1)
+}
+
+// tokenFLOPs counts a token's FLOPs when it attends to keys positions in
+// every layer and runs the last layer's feed-forward and the unembedding
+// in the share last of the tokens.
+func (lm *LanguageModel) tokenFLOPs(keys, last float64) float64 {
 	if lm.tp != nil {
 		// Each shard's share; the replicated router counts once a shard.
 		var f float64
 		for _, s := range lm.tp.shards {
-			f += s.PrefillFLOPs(p)
+			f += s.tokenFLOPs(keys, last)
 		}
 		return f
 	}
@@ -153,8 +169,7 @@ func (lm *LanguageModel) PrefillFLOPs(p int) float64 {
 		d := &lm.Transformer.Layers[i]
 		a := &d.Attention
 		mac += matElems(&a.Query.W) + matElems(&a.Key.W) + matElems(&a.Value.W) + matElems(&a.Linear.W)
-		// Position t attends to t+1 keys: the mean over 0..p-1 is (p+1)/2.
-		mac += 2 * float64(c.NumQHeads*c.KeySize) * float64(p+1) / 2
+		mac += 2 * float64(c.NumQHeads*c.KeySize) * keys
 		ffn := 0.0
 		switch {
 		case d.MoE != nil:
@@ -169,11 +184,11 @@ func (lm *LanguageModel) PrefillFLOPs(p int) float64 {
 			ffn += matElems(&d.Dense.Linear.W) + matElems(&d.Dense.LinearV.W) + matElems(&d.Dense.Linear1.W)
 		}
 		if i == len(lm.Transformer.Layers)-1 {
-			ffn /= float64(p)
+			ffn *= last
 		}
 		mac += ffn
 	}
-	mac += matElems(&lm.Unembed.W) / float64(p)
+	mac += matElems(&lm.Unembed.W) * last
 	return 2 * mac
 }
 

@@ -54,9 +54,11 @@ func TestDecodeStepBytesGrok2(t *testing.T) {
 	}
 }
 
-// PrefillFLOPs, from the config alone: 2 per multiply-add of every product
-// a token runs, its attention over (p+1)/2 positions on average, and the
-// last layer's feed-forward and the unembedding once per prefill.
+// PrefillFLOPs and DecodeFLOPs, from the config alone: 2 per multiply-add
+// of every product a token runs and its attention, over (p+1)/2 positions
+// on average in a prefill, with the last layer's feed-forward and the
+// unembedding once per prefill; over pos+1 positions when decoding, with
+// every layer's feed-forward and the whole unembedding.
 func TestPrefillFLOPs(t *testing.T) {
 	for _, g2 := range []bool{false, true} {
 		c := testmodel.SmallConfig()
@@ -77,6 +79,14 @@ func TestPrefillFLOPs(t *testing.T) {
 		}
 		if got := lm.PrefillFLOPs(0); got != 0 {
 			t.Errorf("PrefillFLOPs(0) = %v", got)
+		}
+		for _, pos := range []int{0, 9, 300} {
+			attn := 2 * qd * float64(pos+1)
+			ffn := E*D + k*3*D*F + 3*D*Fd
+			want := 2 * (L*(D*(2*qd+2*kd)+attn+ffn) + V*D)
+			if got := lm.DecodeFLOPs(pos); math.Abs(got-want) > 1e-9*want {
+				t.Errorf("grok2=%v pos=%d: %v FLOP a decoded token, want %v", g2, pos, got, want)
+			}
 		}
 	}
 }

@@ -76,13 +76,16 @@ type benchResult struct {
 	SingleRuns     []float64 `json:"single_decode_tok_s_runs,omitempty"`
 	BatchSpeedup   float64   `json:"batch_speedup,omitempty"`
 	RoutingCeiling float64   `json:"routing_ceiling,omitempty"`
-	// ComputeCeiling bounds the same ratio by arithmetic: the batch's
-	// (exact) prefill rate, where the same products run with hundreds of
-	// tokens a tile, over one stream's decode. A batch whose experts get a
-	// few tokens each cannot multiply faster than that.
-	ComputeCeiling float64   `json:"compute_ceiling,omitempty"`
-	DecodeRuns     []float64 `json:"decode_tok_s_runs"`
-	DecodeAllocs   float64   `json:"decode_allocs_per_token"`
+	// ComputeCeiling bounds the same ratio by arithmetic: the FLOP rate of
+	// the batch's (exact) prefill, where the same products run with many
+	// tokens a tile, over a decoded token's FLOPs (DecodeGFLOPToken: every
+	// layer's feed-forward and the whole unembedding, which a prefill runs
+	// for its last token only), over one stream's decode. A batch whose
+	// experts get a few tokens each cannot multiply faster than that.
+	ComputeCeiling   float64   `json:"compute_ceiling,omitempty"`
+	DecodeGFLOPToken float64   `json:"decode_gflop_per_token,omitempty"`
+	DecodeRuns       []float64 `json:"decode_tok_s_runs"`
+	DecodeAllocs     float64   `json:"decode_allocs_per_token"`
 
 	// Weight bytes read per decoded token: attention, router, the
 	// num_selected_experts experts each token actually runs, norms, one
@@ -495,7 +498,9 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		res.SingleTokS = median(res.SingleRuns)
 		res.BatchSpeedup = res.DecodeTokS / res.SingleTokS
 		res.RoutingCeiling = routingCeiling(res.Bytes, c, B)
-		res.ComputeCeiling = res.PrefillTokS / res.SingleTokS
+		// The decoded tokens' mean position: after the prompt, half the steps.
+		res.DecodeGFLOPToken = lm.DecodeFLOPs(o.p+o.n/2) / 1e9
+		res.ComputeCeiling = res.PrefillGFLOPToken * res.PrefillTokS / res.DecodeGFLOPToken / res.SingleTokS
 	}
 	return nil
 }
@@ -585,8 +590,8 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 		fmt.Fprintf(w, "roofline  not computed for a batch (its tokens share weights, and route to more experts); read bandwidth %.2f GB/s\n", r.BandwidthGBs)
 		fmt.Fprintf(w, "batch     %d streams: %.2f× one stream (%.2f tok/s alone, same rounds); routing ceiling %.2f× (uniform top-%d routing) → %.0f %% of it\n",
 			r.Batch, r.BatchSpeedup, r.SingleTokS, r.RoutingCeiling, c.NumSelectedExperts, 100*r.BatchSpeedup/r.RoutingCeiling)
-		fmt.Fprintf(w, "batch     compute ceiling %.2f× (the batch's prefill rate over one stream's decode) → %.0f %% of the lower ceiling\n",
-			r.ComputeCeiling, 100*r.BatchSpeedup/min(r.RoutingCeiling, r.ComputeCeiling))
+		fmt.Fprintf(w, "batch     compute ceiling %.2f× (the batch's prefill GFLOP/s over %.3f GFLOP a decoded token, over one stream's decode) → %.0f %% of the lower ceiling\n",
+			r.ComputeCeiling, r.DecodeGFLOPToken, 100*r.BatchSpeedup/min(r.RoutingCeiling, r.ComputeCeiling))
 	} else {
 		fmt.Fprintf(w, "roofline  %.2f GB/s achieved / %.2f GB/s read bandwidth (best pass over a %d MiB buffer, %d threads) = %.2f",
 			r.AchievedGBs, r.BandwidthGBs, r.BandwidthMB, r.Threads, r.RooflineRatio)

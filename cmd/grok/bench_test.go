@@ -181,8 +181,13 @@ func TestBenchMakeModel(t *testing.T) {
 	if rb.Batch != 3 || rb.DecodeTokS <= 0 || rb.PrefillTokS <= 0 || rb.RooflineRatio != 0 || rb.PairedRatio != 0 {
 		t.Errorf("bench -b 3: batch %d, prefill %g, decode %g tok/s, roofline %g (paired %g)", rb.Batch, rb.PrefillTokS, rb.DecodeTokS, rb.RooflineRatio, rb.PairedRatio)
 	}
-	if want := rb.PrefillTokS / rb.SingleTokS; rb.SingleTokS <= 0 || rb.ComputeCeiling != want {
-		t.Errorf("bench -b 3: compute ceiling %g, want prefill %g / one stream %g", rb.ComputeCeiling, rb.PrefillTokS, rb.SingleTokS)
+	// A decoded token runs the last feed-forward and the unembedding that a
+	// prompt of 5 runs for its last token only.
+	if rb.DecodeGFLOPToken <= rb.PrefillGFLOPToken {
+		t.Errorf("bench -b 3: %g GFLOP a decoded token, not above the prefill's %g", rb.DecodeGFLOPToken, rb.PrefillGFLOPToken)
+	}
+	if want := rb.PrefillGFLOPToken * rb.PrefillTokS / rb.DecodeGFLOPToken / rb.SingleTokS; rb.SingleTokS <= 0 || rb.ComputeCeiling != want {
+		t.Errorf("bench -b 3: compute ceiling %g, want prefill %g GFLOP/s over %g GFLOP a token / one stream %g", rb.ComputeCeiling, rb.PrefillGFLOPToken*rb.PrefillTokS, rb.DecodeGFLOPToken, rb.SingleTokS)
 	}
 	if r.Batch != 1 {
 		t.Errorf("bench without -b reports batch %d", r.Batch)
