@@ -239,7 +239,7 @@ func TestFusedEqualsTwoPass(t *testing.T) {
 				}
 				m := randBlockMat(t, rng, dt, out, in)
 				ref := f32OfDecoded(t, &m)
-				for n := 1; n <= fam.T; n++ {
+				for n := 1; n <= fam.N; n++ { // past T, in groups of tiles
 					x := randInputs(rng, n, in)
 					want := make([]float32, n*out)
 					MatMul(want, x, n, &ref)

@@ -175,10 +175,11 @@ const (
 )
 
 // A dotFamily is the set of kernels of one weight kind: a tile of R rows
-// (full) or 1 row (one) by 1..T tokens (index T-1), E weights a step.
+// (full) or 1 row (one) by 1..T tokens (index T-1), E weights a step. A
+// fused family serves up to N tokens (at least T), in groups of at most T.
 type dotFamily struct {
-	R, T, E   int
-	full, one []dotKernel
+	R, T, N, E int
+	full, one  []dotKernel
 }
 
 // An intFamily is like dotFamily with B blocks of 32 weights a step.

@@ -282,7 +282,7 @@ func hasDotKernels(t tensor.DType) bool {
 // tokens. The spans are those of the fixed grid, so the product has exactly
 // the bits of the F32 matrix of the dequantised weights, for any n.
 //
-// Decode (n ≤ T) of the types with fused kernels multiplies the blocks
+// Decode (n ≤ N) of the types with fused kernels multiplies the blocks
 // without the scratch (fusedDecode), with the same bits.
 func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	In, Out := m.In, m.Out
@@ -290,7 +290,7 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 	for t := 0; t < n; t++ {
 		clear(dst[t*Out+lo : t*Out+hi])
 	}
-	if ff := ks.fusedFamily(m.Type); ff != nil && n <= ff.T && In%ff.E == 0 && !noFused {
+	if ff := ks.fusedFamily(m.Type); ff != nil && n <= ff.N && In%ff.E == 0 && !noFused {
 		fusedDecode(dst, x, n, m, lo, hi, ff, rb)
 		return
 	}
@@ -313,18 +313,27 @@ func (ks *kernelSet) fusedFamily(t tensor.DType) *dotFamily {
 // fusedDecode is dequantMatMul for a decode step with t's fused kernels:
 // one call a tile of rows, each row front to back, the kernels counting
 // the spans; the rows past the last whole tile one by one, as the
-// two-pass path takes them. Validate checked that every row is In/E whole
-// blocks.
+// two-pass path takes them. More than T tokens go in balanced groups (5 as
+// 3 and 2), each group's call right after the last on the same rows, which
+// are then in L1. A token's sums do not depend on its group. Validate
+// checked that every row is In/E whole blocks.
 func fusedDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
 	In, Out := m.In, m.Out
 	steps := In / fam.E
-	full, one := fam.full[n-1], fam.one[n-1]
+	groups := (n + fam.T - 1) / fam.T
+	tile := func(kerns []dotKernel, r0 int) {
+		for g, t0 := 0, 0; g < groups; g++ {
+			c := (n - t0) / (groups - g)
+			kerns[c-1].call(&m.Data[r0*rb], rb, &x[t0*In], 4*In, steps, &dst[t0*Out+r0], 4*Out, nil)
+			t0 += c
+		}
+	}
 	r0 := lo
 	for ; r0+fam.R <= hi; r0 += fam.R {
-		full.call(&m.Data[r0*rb], rb, &x[0], 4*In, steps, &dst[r0], 4*Out, nil)
+		tile(fam.full, r0)
 	}
 	for ; r0 < hi; r0++ {
-		one.call(&m.Data[r0*rb], rb, &x[0], 4*In, steps, &dst[r0], 4*Out, nil)
+		tile(fam.one, r0)
 	}
 }
 

@@ -1560,26 +1560,6 @@ func fusedQ4_0_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_0_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ4_0_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_0_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_0_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_0_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_0_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_0_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_0_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_0_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
 // fusedQ4_1_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -1619,26 +1599,6 @@ func fusedQ4_1_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //
 //go:noescape
 func fusedQ4_1_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ5_0_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1680,26 +1640,6 @@ func fusedQ5_0_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ5_0_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ5_0_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
 // fusedQ5_1_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -1729,36 +1669,6 @@ func fusedQ5_1_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //
 //go:noescape
 func fusedQ5_1_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ2_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1919,26 +1829,6 @@ func fusedQ4_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //
 //go:noescape
 func fusedQ4_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ5_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //

@@ -446,10 +446,6 @@ const (
 	k_fusedQ4_0_1x3_AVX512
 	k_fusedQ4_0_4x4_AVX512
 	k_fusedQ4_0_1x4_AVX512
-	k_fusedQ4_0_4x5_AVX512
-	k_fusedQ4_0_1x5_AVX512
-	k_fusedQ4_0_4x6_AVX512
-	k_fusedQ4_0_1x6_AVX512
 	k_fusedQ4_1_4x1_AVX512
 	k_fusedQ4_1_1x1_AVX512
 	k_fusedQ4_1_4x2_AVX512
@@ -458,10 +454,6 @@ const (
 	k_fusedQ4_1_1x3_AVX512
 	k_fusedQ4_1_4x4_AVX512
 	k_fusedQ4_1_1x4_AVX512
-	k_fusedQ4_1_4x5_AVX512
-	k_fusedQ4_1_1x5_AVX512
-	k_fusedQ4_1_4x6_AVX512
-	k_fusedQ4_1_1x6_AVX512
 	k_fusedQ5_0_4x1_AVX512
 	k_fusedQ5_0_1x1_AVX512
 	k_fusedQ5_0_4x2_AVX512
@@ -470,22 +462,12 @@ const (
 	k_fusedQ5_0_1x3_AVX512
 	k_fusedQ5_0_4x4_AVX512
 	k_fusedQ5_0_1x4_AVX512
-	k_fusedQ5_0_4x5_AVX512
-	k_fusedQ5_0_1x5_AVX512
-	k_fusedQ5_0_4x6_AVX512
-	k_fusedQ5_0_1x6_AVX512
 	k_fusedQ5_1_4x1_AVX512
 	k_fusedQ5_1_1x1_AVX512
 	k_fusedQ5_1_4x2_AVX512
 	k_fusedQ5_1_1x2_AVX512
 	k_fusedQ5_1_4x3_AVX512
 	k_fusedQ5_1_1x3_AVX512
-	k_fusedQ5_1_4x4_AVX512
-	k_fusedQ5_1_1x4_AVX512
-	k_fusedQ5_1_4x5_AVX512
-	k_fusedQ5_1_1x5_AVX512
-	k_fusedQ5_1_4x6_AVX512
-	k_fusedQ5_1_1x6_AVX512
 	k_fusedQ2_K_4x1_AVX512
 	k_fusedQ2_K_1x1_AVX512
 	k_fusedQ2_K_4x2_AVX512
@@ -518,10 +500,6 @@ const (
 	k_fusedQ4_K_1x3_AVX512
 	k_fusedQ4_K_4x4_AVX512
 	k_fusedQ4_K_1x4_AVX512
-	k_fusedQ4_K_4x5_AVX512
-	k_fusedQ4_K_1x5_AVX512
-	k_fusedQ4_K_4x6_AVX512
-	k_fusedQ4_K_1x6_AVX512
 	k_fusedQ5_K_4x1_AVX512
 	k_fusedQ5_K_1x1_AVX512
 	k_fusedQ5_K_4x2_AVX512
@@ -922,14 +900,6 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ4_0_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_1x4_AVX512:
 		fusedQ4_0_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_0_4x5_AVX512:
-		fusedQ4_0_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_0_1x5_AVX512:
-		fusedQ4_0_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_0_4x6_AVX512:
-		fusedQ4_0_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_0_1x6_AVX512:
-		fusedQ4_0_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_1_4x1_AVX512:
 		fusedQ4_1_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_1_1x1_AVX512:
@@ -946,14 +916,6 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ4_1_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_1_1x4_AVX512:
 		fusedQ4_1_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_4x5_AVX512:
-		fusedQ4_1_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_1x5_AVX512:
-		fusedQ4_1_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_4x6_AVX512:
-		fusedQ4_1_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_1x6_AVX512:
-		fusedQ4_1_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_0_4x1_AVX512:
 		fusedQ5_0_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_0_1x1_AVX512:
@@ -970,14 +932,6 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ5_0_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_0_1x4_AVX512:
 		fusedQ5_0_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_4x5_AVX512:
-		fusedQ5_0_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_1x5_AVX512:
-		fusedQ5_0_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_4x6_AVX512:
-		fusedQ5_0_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_1x6_AVX512:
-		fusedQ5_0_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_1_4x1_AVX512:
 		fusedQ5_1_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_1_1x1_AVX512:
@@ -990,18 +944,6 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ5_1_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_1_1x3_AVX512:
 		fusedQ5_1_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_4x4_AVX512:
-		fusedQ5_1_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_1x4_AVX512:
-		fusedQ5_1_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_4x5_AVX512:
-		fusedQ5_1_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_1x5_AVX512:
-		fusedQ5_1_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_4x6_AVX512:
-		fusedQ5_1_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_1x6_AVX512:
-		fusedQ5_1_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ2_K_4x1_AVX512:
 		fusedQ2_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ2_K_1x1_AVX512:
@@ -1066,14 +1008,6 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ4_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_1x4_AVX512:
 		fusedQ4_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_K_4x5_AVX512:
-		fusedQ4_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_K_1x5_AVX512:
-		fusedQ4_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_K_4x6_AVX512:
-		fusedQ4_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_K_1x6_AVX512:
-		fusedQ4_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_K_4x1_AVX512:
 		fusedQ5_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_K_1x1_AVX512:
@@ -1769,24 +1703,24 @@ var dequantAVX2 = [numDQ]dequantKernel{
 }
 
 var fusedAVX2 = [numDQ]dotFamily{
-	dqQ4_0:    {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX2, k_fusedQ4_0_4x2_AVX2}, one: []dotKernel{k_fusedQ4_0_1x1_AVX2, k_fusedQ4_0_1x2_AVX2}},
-	dqQ4_1:    {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX2, k_fusedQ4_1_4x2_AVX2}, one: []dotKernel{k_fusedQ4_1_1x1_AVX2, k_fusedQ4_1_1x2_AVX2}},
-	dqQ5_0:    {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX2, k_fusedQ5_0_4x2_AVX2}, one: []dotKernel{k_fusedQ5_0_1x1_AVX2, k_fusedQ5_0_1x2_AVX2}},
-	dqQ5_1:    {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX2, k_fusedQ5_1_4x2_AVX2}, one: []dotKernel{k_fusedQ5_1_1x1_AVX2, k_fusedQ5_1_1x2_AVX2}},
-	dqQ2_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX2, k_fusedQ2_K_4x2_AVX2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX2, k_fusedQ2_K_1x2_AVX2}},
-	dqQ3_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX2, k_fusedQ3_K_4x2_AVX2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX2, k_fusedQ3_K_1x2_AVX2}},
-	dqQ4_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX2, k_fusedQ4_K_4x2_AVX2}, one: []dotKernel{k_fusedQ4_K_1x1_AVX2, k_fusedQ4_K_1x2_AVX2}},
-	dqQ5_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX2, k_fusedQ5_K_4x2_AVX2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX2, k_fusedQ5_K_1x2_AVX2}},
-	dqQ6_K:    {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX2, k_fusedQ6_K_4x2_AVX2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX2, k_fusedQ6_K_1x2_AVX2}},
-	dqIQ4_NL:  {R: 4, T: 2, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX2, k_fusedIQ4_NL_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX2, k_fusedIQ4_NL_1x2_AVX2}},
-	dqIQ4_XS:  {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX2, k_fusedIQ4_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX2, k_fusedIQ4_XS_1x2_AVX2}},
-	dqIQ3_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX2, k_fusedIQ3_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX2, k_fusedIQ3_S_1x2_AVX2}},
-	dqIQ3_XXS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX2, k_fusedIQ3_XXS_4x2_AVX2}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX2, k_fusedIQ3_XXS_1x2_AVX2}},
-	dqIQ2_XXS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX2, k_fusedIQ2_XXS_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX2, k_fusedIQ2_XXS_1x2_AVX2}},
-	dqIQ2_XS:  {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX2, k_fusedIQ2_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX2, k_fusedIQ2_XS_1x2_AVX2}},
-	dqIQ2_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX2, k_fusedIQ2_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX2, k_fusedIQ2_S_1x2_AVX2}},
-	dqIQ1_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX2, k_fusedIQ1_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX2, k_fusedIQ1_S_1x2_AVX2}},
-	dqIQ1_M:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX2, k_fusedIQ1_M_4x2_AVX2}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX2, k_fusedIQ1_M_1x2_AVX2}},
+	dqQ4_0:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX2, k_fusedQ4_0_4x2_AVX2}, one: []dotKernel{k_fusedQ4_0_1x1_AVX2, k_fusedQ4_0_1x2_AVX2}},
+	dqQ4_1:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX2, k_fusedQ4_1_4x2_AVX2}, one: []dotKernel{k_fusedQ4_1_1x1_AVX2, k_fusedQ4_1_1x2_AVX2}},
+	dqQ5_0:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX2, k_fusedQ5_0_4x2_AVX2}, one: []dotKernel{k_fusedQ5_0_1x1_AVX2, k_fusedQ5_0_1x2_AVX2}},
+	dqQ5_1:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX2, k_fusedQ5_1_4x2_AVX2}, one: []dotKernel{k_fusedQ5_1_1x1_AVX2, k_fusedQ5_1_1x2_AVX2}},
+	dqQ2_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX2, k_fusedQ2_K_4x2_AVX2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX2, k_fusedQ2_K_1x2_AVX2}},
+	dqQ3_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX2, k_fusedQ3_K_4x2_AVX2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX2, k_fusedQ3_K_1x2_AVX2}},
+	dqQ4_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX2, k_fusedQ4_K_4x2_AVX2}, one: []dotKernel{k_fusedQ4_K_1x1_AVX2, k_fusedQ4_K_1x2_AVX2}},
+	dqQ5_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX2, k_fusedQ5_K_4x2_AVX2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX2, k_fusedQ5_K_1x2_AVX2}},
+	dqQ6_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX2, k_fusedQ6_K_4x2_AVX2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX2, k_fusedQ6_K_1x2_AVX2}},
+	dqIQ4_NL:  {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX2, k_fusedIQ4_NL_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX2, k_fusedIQ4_NL_1x2_AVX2}},
+	dqIQ4_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX2, k_fusedIQ4_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX2, k_fusedIQ4_XS_1x2_AVX2}},
+	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX2, k_fusedIQ3_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX2, k_fusedIQ3_S_1x2_AVX2}},
+	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX2, k_fusedIQ3_XXS_4x2_AVX2}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX2, k_fusedIQ3_XXS_1x2_AVX2}},
+	dqIQ2_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX2, k_fusedIQ2_XXS_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX2, k_fusedIQ2_XXS_1x2_AVX2}},
+	dqIQ2_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX2, k_fusedIQ2_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX2, k_fusedIQ2_XS_1x2_AVX2}},
+	dqIQ2_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX2, k_fusedIQ2_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX2, k_fusedIQ2_S_1x2_AVX2}},
+	dqIQ1_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX2, k_fusedIQ1_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX2, k_fusedIQ1_S_1x2_AVX2}},
+	dqIQ1_M:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX2, k_fusedIQ1_M_4x2_AVX2}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX2, k_fusedIQ1_M_1x2_AVX2}},
 }
 
 var fmaPeakAVX2 = fmaPeak_AVX2
@@ -1837,24 +1771,24 @@ var dequantAVX512 = [numDQ]dequantKernel{
 }
 
 var fusedAVX512 = [numDQ]dotFamily{
-	dqQ4_0:    {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512, k_fusedQ4_0_4x5_AVX512, k_fusedQ4_0_4x6_AVX512}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512, k_fusedQ4_0_1x5_AVX512, k_fusedQ4_0_1x6_AVX512}},
-	dqQ4_1:    {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512, k_fusedQ4_1_4x5_AVX512, k_fusedQ4_1_4x6_AVX512}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512, k_fusedQ4_1_1x5_AVX512, k_fusedQ4_1_1x6_AVX512}},
-	dqQ5_0:    {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512, k_fusedQ5_0_4x5_AVX512, k_fusedQ5_0_4x6_AVX512}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512, k_fusedQ5_0_1x5_AVX512, k_fusedQ5_0_1x6_AVX512}},
-	dqQ5_1:    {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512, k_fusedQ5_1_4x4_AVX512, k_fusedQ5_1_4x5_AVX512, k_fusedQ5_1_4x6_AVX512}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512, k_fusedQ5_1_1x4_AVX512, k_fusedQ5_1_1x5_AVX512, k_fusedQ5_1_1x6_AVX512}},
-	dqQ2_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_4x3_AVX512, k_fusedQ2_K_4x4_AVX512, k_fusedQ2_K_4x5_AVX512, k_fusedQ2_K_4x6_AVX512}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512, k_fusedQ2_K_1x5_AVX512, k_fusedQ2_K_1x6_AVX512}},
-	dqQ3_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512, k_fusedQ3_K_4x2_AVX512, k_fusedQ3_K_4x3_AVX512, k_fusedQ3_K_4x4_AVX512, k_fusedQ3_K_4x5_AVX512, k_fusedQ3_K_4x6_AVX512}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512, k_fusedQ3_K_1x2_AVX512, k_fusedQ3_K_1x3_AVX512, k_fusedQ3_K_1x4_AVX512, k_fusedQ3_K_1x5_AVX512, k_fusedQ3_K_1x6_AVX512}},
-	dqQ4_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512, k_fusedQ4_K_4x5_AVX512, k_fusedQ4_K_4x6_AVX512}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512, k_fusedQ4_K_1x5_AVX512, k_fusedQ4_K_1x6_AVX512}},
-	dqQ5_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_4x3_AVX512, k_fusedQ5_K_4x4_AVX512, k_fusedQ5_K_4x5_AVX512, k_fusedQ5_K_4x6_AVX512}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512, k_fusedQ5_K_1x5_AVX512, k_fusedQ5_K_1x6_AVX512}},
-	dqQ6_K:    {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_4x3_AVX512, k_fusedQ6_K_4x4_AVX512, k_fusedQ6_K_4x5_AVX512, k_fusedQ6_K_4x6_AVX512}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512, k_fusedQ6_K_1x5_AVX512, k_fusedQ6_K_1x6_AVX512}},
-	dqIQ4_NL:  {R: 4, T: 6, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_4x3_AVX512, k_fusedIQ4_NL_4x4_AVX512, k_fusedIQ4_NL_4x5_AVX512, k_fusedIQ4_NL_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512, k_fusedIQ4_NL_1x5_AVX512, k_fusedIQ4_NL_1x6_AVX512}},
-	dqIQ4_XS:  {R: 4, T: 6, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_4x3_AVX512, k_fusedIQ4_XS_4x4_AVX512, k_fusedIQ4_XS_4x5_AVX512, k_fusedIQ4_XS_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512, k_fusedIQ4_XS_1x5_AVX512, k_fusedIQ4_XS_1x6_AVX512}},
-	dqIQ3_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX512, k_fusedIQ3_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX512, k_fusedIQ3_S_1x2_AVX512}},
-	dqIQ3_XXS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX512, k_fusedIQ3_XXS_4x2_AVX512}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX512, k_fusedIQ3_XXS_1x2_AVX512}},
-	dqIQ2_XXS: {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX512, k_fusedIQ2_XXS_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX512, k_fusedIQ2_XXS_1x2_AVX512}},
-	dqIQ2_XS:  {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX512, k_fusedIQ2_XS_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX512, k_fusedIQ2_XS_1x2_AVX512}},
-	dqIQ2_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX512, k_fusedIQ2_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX512, k_fusedIQ2_S_1x2_AVX512}},
-	dqIQ1_S:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX512, k_fusedIQ1_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX512, k_fusedIQ1_S_1x2_AVX512}},
-	dqIQ1_M:   {R: 4, T: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX512, k_fusedIQ1_M_4x2_AVX512}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX512, k_fusedIQ1_M_1x2_AVX512}},
+	dqQ4_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512}},
+	dqQ4_1:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512}},
+	dqQ5_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512}},
+	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512}},
+	dqQ2_K:    {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_4x3_AVX512, k_fusedQ2_K_4x4_AVX512, k_fusedQ2_K_4x5_AVX512, k_fusedQ2_K_4x6_AVX512}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512, k_fusedQ2_K_1x5_AVX512, k_fusedQ2_K_1x6_AVX512}},
+	dqQ3_K:    {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512, k_fusedQ3_K_4x2_AVX512, k_fusedQ3_K_4x3_AVX512, k_fusedQ3_K_4x4_AVX512, k_fusedQ3_K_4x5_AVX512, k_fusedQ3_K_4x6_AVX512}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512, k_fusedQ3_K_1x2_AVX512, k_fusedQ3_K_1x3_AVX512, k_fusedQ3_K_1x4_AVX512, k_fusedQ3_K_1x5_AVX512, k_fusedQ3_K_1x6_AVX512}},
+	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}},
+	dqQ5_K:    {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_4x3_AVX512, k_fusedQ5_K_4x4_AVX512, k_fusedQ5_K_4x5_AVX512, k_fusedQ5_K_4x6_AVX512}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512, k_fusedQ5_K_1x5_AVX512, k_fusedQ5_K_1x6_AVX512}},
+	dqQ6_K:    {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_4x3_AVX512, k_fusedQ6_K_4x4_AVX512, k_fusedQ6_K_4x5_AVX512, k_fusedQ6_K_4x6_AVX512}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512, k_fusedQ6_K_1x5_AVX512, k_fusedQ6_K_1x6_AVX512}},
+	dqIQ4_NL:  {R: 4, T: 6, N: 6, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_4x3_AVX512, k_fusedIQ4_NL_4x4_AVX512, k_fusedIQ4_NL_4x5_AVX512, k_fusedIQ4_NL_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512, k_fusedIQ4_NL_1x5_AVX512, k_fusedIQ4_NL_1x6_AVX512}},
+	dqIQ4_XS:  {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_4x3_AVX512, k_fusedIQ4_XS_4x4_AVX512, k_fusedIQ4_XS_4x5_AVX512, k_fusedIQ4_XS_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512, k_fusedIQ4_XS_1x5_AVX512, k_fusedIQ4_XS_1x6_AVX512}},
+	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX512, k_fusedIQ3_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX512, k_fusedIQ3_S_1x2_AVX512}},
+	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX512, k_fusedIQ3_XXS_4x2_AVX512}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX512, k_fusedIQ3_XXS_1x2_AVX512}},
+	dqIQ2_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX512, k_fusedIQ2_XXS_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX512, k_fusedIQ2_XXS_1x2_AVX512}},
+	dqIQ2_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX512, k_fusedIQ2_XS_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX512, k_fusedIQ2_XS_1x2_AVX512}},
+	dqIQ2_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX512, k_fusedIQ2_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX512, k_fusedIQ2_S_1x2_AVX512}},
+	dqIQ1_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX512, k_fusedIQ1_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX512, k_fusedIQ1_S_1x2_AVX512}},
+	dqIQ1_M:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX512, k_fusedIQ1_M_4x2_AVX512}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX512, k_fusedIQ1_M_1x2_AVX512}},
 }
 
 var fmaPeakAVX512 = fmaPeak_AVX512

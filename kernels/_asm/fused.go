@@ -38,7 +38,7 @@ type fusedSink struct {
 
 type sharedX struct {
 	i int
-	x VecVirtual
+	x []VecVirtual
 }
 
 // add multiplies the weights f of elements i.. of the current row's block
@@ -50,13 +50,18 @@ func (s *fusedSink) add(g *dq, f VecVirtual, i int) {
 	}
 	s.next += g.a.V
 	if s.shared != nil {
-		// Interleaved rows of one token: the first row to reach element i
-		// loads the token's vector, the others reuse it.
+		// Interleaved rows: the first row to reach element i loads the
+		// tokens' vectors, the others reuse them.
 		if s.shared.i != i || s.shared.x == nil {
-			s.shared.i, s.shared.x = i, g.a.vec()
-			VMOVUPS(s.x.at(0, 4*i), s.shared.x)
+			s.shared.i, s.shared.x = i, make([]VecVirtual, len(s.acc))
+			for t := range s.acc {
+				s.shared.x[t] = g.a.vec()
+				VMOVUPS(s.x.at(t, 4*i), s.shared.x[t])
+			}
 		}
-		VFMADD231PS(s.shared.x, f, s.acc[0][g.row])
+		for t := range s.acc {
+			VFMADD231PS(s.shared.x[t], f, s.acc[t][g.row])
+		}
 	} else {
 		for t := range s.acc {
 			VFMADD231PS(s.x.at(t, 4*i), f, s.acc[t][g.row])
@@ -78,11 +83,24 @@ func interleaved(a arch, k dqkind, R, T int) bool {
 	case R == 1 || isIQ(k) && !(a.zmm && T == 1):
 		return false
 	case a.zmm:
-		return T <= 2
+		return T <= zmmInterleaved(k)
 	}
 	// 16 ymm registers: one token, and not the kinds whose decoders hold
 	// more than two vectors a row (fifth bits, a min, IQ4 levels).
 	return T == 1 && k != dQ4_1 && k != dQ5_0 && k != dQ5_1 && k != dIQ4_NL && k != dIQ4_XS
+}
+
+// zmmInterleaved is the most tokens for which the 32 zmm registers hold
+// the accumulators, every row's decoder state and the tokens' vectors of
+// an element (the register allocator's verdict for each kind).
+func zmmInterleaved(k dqkind) int {
+	switch k {
+	case dQ4_0, dQ4_1, dQ5_0, dQ4_K:
+		return 4
+	case dQ5_1:
+		return 3
+	}
+	return 2
 }
 
 // fusedShape is the tile of the fused kernels: the F32 family's (so that
@@ -109,10 +127,23 @@ func genFusedTable(tb *strings.Builder, a arch) {
 	fmt.Fprintf(tb, "\nvar fused%s = [numDQ]dotFamily{\n", a.name)
 	for k := dqkind(0); k < numDQ; k++ {
 		s := fusedShape(a)
-		if isIQ(k) {
+		N := s.T // the decode-sized n: up to it, dequantMatMul runs the fused kernels
+		switch {
+		case isIQ(k):
 			// Decoding a codebook block is most of the kernel's code:
 			// larger n take the two-pass path instead.
 			s.T = min(s.T, 2)
+			N = s.T
+		case a.zmm && zmmInterleaved(k) > 2:
+			// Past the interleaved tiles, n goes in groups of them, each
+			// reading the tile's rows again from L1. An interleaved tile
+			// loads each token's vector once for all its rows, where a
+			// tile of one row at a time loads it for every row: that cost
+			// the 5- and 6-token tiles more than a second group costs,
+			// and up to 16 tokens (a decode step of 16 sequences, a few
+			// an expert) the groups beat the two-pass path (figures:
+			// bench/README.md).
+			s.T, N = zmmInterleaved(k), 16
 		}
 		var full, one []string
 		for T := 1; T <= s.T; T++ {
@@ -121,8 +152,8 @@ func genFusedTable(tb *strings.Builder, a arch) {
 			full = append(full, dotGroup.add(fusedName(a, k, s.R, T)))
 			one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
 		}
-		fmt.Fprintf(tb, "\tdq%s: {R: %d, T: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}},\n",
-			k, s.R, s.T, dqBlock[k].elems, strings.Join(full, ", "), strings.Join(one, ", "))
+		fmt.Fprintf(tb, "\tdq%s: {R: %d, T: %d, N: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}},\n",
+			k, s.R, s.T, N, dqBlock[k].elems, strings.Join(full, ", "), strings.Join(one, ", "))
 	}
 	fmt.Fprintf(tb, "}\n")
 }
@@ -190,10 +221,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	}
 	if interleaved(a, k, R, T) {
 		var nexts []func() (struct{}, bool)
-		var sh *sharedX
-		if T == 1 {
-			sh = &sharedX{i: -1}
-		}
+		sh := &sharedX{i: -1}
 		for _, g := range rows {
 			g.sink.shared = sh
 			next, stop := iter.Pull(func(yield func(struct{}) bool) {
