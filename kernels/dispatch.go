@@ -176,10 +176,13 @@ const (
 
 // A dotFamily is the set of kernels of one weight kind: a tile of R rows
 // (full) or 1 row (one) by 1..T tokens (index T-1), E weights a step. A
-// fused family serves up to N tokens (at least T), in groups of at most T.
+// fused family serves up to N tokens (at least T), in groups of at most T,
+// and its full kernel of T tokens may cover rows[T-1] rows, a divisor of R
+// (nil: R).
 type dotFamily struct {
 	R, T, N, E int
 	full, one  []dotKernel
+	rows       []int
 }
 
 // An intFamily is like dotFamily with B blocks of 32 weights a step.

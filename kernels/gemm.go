@@ -321,19 +321,25 @@ func fusedDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 	In, Out := m.In, m.Out
 	steps := In / fam.E
 	groups := (n + fam.T - 1) / fam.T
-	tile := func(kerns []dotKernel, r0 int) {
+	tile := func(kerns []dotKernel, r0, R int) {
 		for g, t0 := 0, 0; g < groups; g++ {
 			c := (n - t0) / (groups - g)
-			kerns[c-1].call(&m.Data[r0*rb], rb, &x[t0*In], 4*In, steps, &dst[t0*Out+r0], 4*Out, nil)
+			kr := R // the rows of a call
+			if R > 1 && fam.rows != nil {
+				kr = fam.rows[c-1]
+			}
+			for r := r0; r < r0+R; r += kr {
+				kerns[c-1].call(&m.Data[r*rb], rb, &x[t0*In], 4*In, steps, &dst[t0*Out+r], 4*Out, nil)
+			}
 			t0 += c
 		}
 	}
 	r0 := lo
 	for ; r0+fam.R <= hi; r0 += fam.R {
-		tile(fam.full, r0)
+		tile(fam.full, r0, fam.R)
 	}
 	for ; r0 < hi; r0++ {
-		tile(fam.one, r0)
+		tile(fam.one, r0, 1)
 	}
 }
 

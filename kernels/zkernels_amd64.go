@@ -1690,45 +1690,25 @@ func fusedQ2_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ2_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ2_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedQ2_K_2x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedQ2_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedQ2_K_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ2_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedQ2_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ2_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedQ2_K_2x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedQ2_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedQ2_K_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ2_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedQ2_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ3_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1750,45 +1730,25 @@ func fusedQ3_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ3_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ3_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedQ3_K_2x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedQ3_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedQ3_K_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ3_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedQ3_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ3_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedQ3_K_2x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedQ3_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedQ3_K_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ3_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedQ3_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ3_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ3_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ3_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ3_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ3_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ3_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ3_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ3_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ4_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1850,45 +1810,25 @@ func fusedQ5_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ5_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ5_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedQ5_K_2x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedQ5_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedQ5_K_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ5_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedQ5_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ5_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedQ5_K_2x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedQ5_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedQ5_K_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ5_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedQ5_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ6_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1910,45 +1850,25 @@ func fusedQ6_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ6_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ6_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedQ6_K_2x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedQ6_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedQ6_K_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ6_K_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedQ6_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ6_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedQ6_K_2x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedQ6_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedQ6_K_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ6_K_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedQ6_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ6_K_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ6_K_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ6_K_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ6_K_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ6_K_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ6_K_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ6_K_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q6_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ6_K_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_NL_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1970,45 +1890,25 @@ func fusedIQ4_NL_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_NL_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedIQ4_NL_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedIQ4_NL_2x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedIQ4_NL_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedIQ4_NL_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_NL_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedIQ4_NL_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedIQ4_NL_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedIQ4_NL_2x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedIQ4_NL_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedIQ4_NL_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_NL_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedIQ4_NL_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_XS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -2030,45 +1930,25 @@ func fusedIQ4_XS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_XS_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedIQ4_XS_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedIQ4_XS_2x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedIQ4_XS_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedIQ4_XS_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_XS_1x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedIQ4_XS_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedIQ4_XS_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
+// fusedIQ4_XS_2x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
-func fusedIQ4_XS_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+func fusedIQ4_XS_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_XS_1x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
 func fusedIQ4_XS_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_XS_4x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_XS_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_XS_1x5_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_XS_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_XS_4x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_XS_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_XS_1x6_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_XS_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ3_S_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //

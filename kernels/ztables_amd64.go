@@ -472,26 +472,18 @@ const (
 	k_fusedQ2_K_1x1_AVX512
 	k_fusedQ2_K_4x2_AVX512
 	k_fusedQ2_K_1x2_AVX512
-	k_fusedQ2_K_4x3_AVX512
+	k_fusedQ2_K_2x3_AVX512
 	k_fusedQ2_K_1x3_AVX512
-	k_fusedQ2_K_4x4_AVX512
+	k_fusedQ2_K_2x4_AVX512
 	k_fusedQ2_K_1x4_AVX512
-	k_fusedQ2_K_4x5_AVX512
-	k_fusedQ2_K_1x5_AVX512
-	k_fusedQ2_K_4x6_AVX512
-	k_fusedQ2_K_1x6_AVX512
 	k_fusedQ3_K_4x1_AVX512
 	k_fusedQ3_K_1x1_AVX512
 	k_fusedQ3_K_4x2_AVX512
 	k_fusedQ3_K_1x2_AVX512
-	k_fusedQ3_K_4x3_AVX512
+	k_fusedQ3_K_2x3_AVX512
 	k_fusedQ3_K_1x3_AVX512
-	k_fusedQ3_K_4x4_AVX512
+	k_fusedQ3_K_2x4_AVX512
 	k_fusedQ3_K_1x4_AVX512
-	k_fusedQ3_K_4x5_AVX512
-	k_fusedQ3_K_1x5_AVX512
-	k_fusedQ3_K_4x6_AVX512
-	k_fusedQ3_K_1x6_AVX512
 	k_fusedQ4_K_4x1_AVX512
 	k_fusedQ4_K_1x1_AVX512
 	k_fusedQ4_K_4x2_AVX512
@@ -504,50 +496,34 @@ const (
 	k_fusedQ5_K_1x1_AVX512
 	k_fusedQ5_K_4x2_AVX512
 	k_fusedQ5_K_1x2_AVX512
-	k_fusedQ5_K_4x3_AVX512
+	k_fusedQ5_K_2x3_AVX512
 	k_fusedQ5_K_1x3_AVX512
-	k_fusedQ5_K_4x4_AVX512
+	k_fusedQ5_K_2x4_AVX512
 	k_fusedQ5_K_1x4_AVX512
-	k_fusedQ5_K_4x5_AVX512
-	k_fusedQ5_K_1x5_AVX512
-	k_fusedQ5_K_4x6_AVX512
-	k_fusedQ5_K_1x6_AVX512
 	k_fusedQ6_K_4x1_AVX512
 	k_fusedQ6_K_1x1_AVX512
 	k_fusedQ6_K_4x2_AVX512
 	k_fusedQ6_K_1x2_AVX512
-	k_fusedQ6_K_4x3_AVX512
+	k_fusedQ6_K_2x3_AVX512
 	k_fusedQ6_K_1x3_AVX512
-	k_fusedQ6_K_4x4_AVX512
+	k_fusedQ6_K_2x4_AVX512
 	k_fusedQ6_K_1x4_AVX512
-	k_fusedQ6_K_4x5_AVX512
-	k_fusedQ6_K_1x5_AVX512
-	k_fusedQ6_K_4x6_AVX512
-	k_fusedQ6_K_1x6_AVX512
 	k_fusedIQ4_NL_4x1_AVX512
 	k_fusedIQ4_NL_1x1_AVX512
 	k_fusedIQ4_NL_4x2_AVX512
 	k_fusedIQ4_NL_1x2_AVX512
-	k_fusedIQ4_NL_4x3_AVX512
+	k_fusedIQ4_NL_2x3_AVX512
 	k_fusedIQ4_NL_1x3_AVX512
-	k_fusedIQ4_NL_4x4_AVX512
+	k_fusedIQ4_NL_2x4_AVX512
 	k_fusedIQ4_NL_1x4_AVX512
-	k_fusedIQ4_NL_4x5_AVX512
-	k_fusedIQ4_NL_1x5_AVX512
-	k_fusedIQ4_NL_4x6_AVX512
-	k_fusedIQ4_NL_1x6_AVX512
 	k_fusedIQ4_XS_4x1_AVX512
 	k_fusedIQ4_XS_1x1_AVX512
 	k_fusedIQ4_XS_4x2_AVX512
 	k_fusedIQ4_XS_1x2_AVX512
-	k_fusedIQ4_XS_4x3_AVX512
+	k_fusedIQ4_XS_2x3_AVX512
 	k_fusedIQ4_XS_1x3_AVX512
-	k_fusedIQ4_XS_4x4_AVX512
+	k_fusedIQ4_XS_2x4_AVX512
 	k_fusedIQ4_XS_1x4_AVX512
-	k_fusedIQ4_XS_4x5_AVX512
-	k_fusedIQ4_XS_1x5_AVX512
-	k_fusedIQ4_XS_4x6_AVX512
-	k_fusedIQ4_XS_1x6_AVX512
 	k_fusedIQ3_S_4x1_AVX512
 	k_fusedIQ3_S_1x1_AVX512
 	k_fusedIQ3_S_4x2_AVX512
@@ -952,22 +928,14 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ2_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ2_K_1x2_AVX512:
 		fusedQ2_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ2_K_4x3_AVX512:
-		fusedQ2_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_2x3_AVX512:
+		fusedQ2_K_2x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ2_K_1x3_AVX512:
 		fusedQ2_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ2_K_4x4_AVX512:
-		fusedQ2_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ2_K_2x4_AVX512:
+		fusedQ2_K_2x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ2_K_1x4_AVX512:
 		fusedQ2_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ2_K_4x5_AVX512:
-		fusedQ2_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ2_K_1x5_AVX512:
-		fusedQ2_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ2_K_4x6_AVX512:
-		fusedQ2_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ2_K_1x6_AVX512:
-		fusedQ2_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ3_K_4x1_AVX512:
 		fusedQ3_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ3_K_1x1_AVX512:
@@ -976,22 +944,14 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ3_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ3_K_1x2_AVX512:
 		fusedQ3_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ3_K_4x3_AVX512:
-		fusedQ3_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_2x3_AVX512:
+		fusedQ3_K_2x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ3_K_1x3_AVX512:
 		fusedQ3_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ3_K_4x4_AVX512:
-		fusedQ3_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ3_K_2x4_AVX512:
+		fusedQ3_K_2x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ3_K_1x4_AVX512:
 		fusedQ3_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ3_K_4x5_AVX512:
-		fusedQ3_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ3_K_1x5_AVX512:
-		fusedQ3_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ3_K_4x6_AVX512:
-		fusedQ3_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ3_K_1x6_AVX512:
-		fusedQ3_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_4x1_AVX512:
 		fusedQ4_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_1x1_AVX512:
@@ -1016,22 +976,14 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ5_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_K_1x2_AVX512:
 		fusedQ5_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_K_4x3_AVX512:
-		fusedQ5_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_2x3_AVX512:
+		fusedQ5_K_2x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_K_1x3_AVX512:
 		fusedQ5_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_K_4x4_AVX512:
-		fusedQ5_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ5_K_2x4_AVX512:
+		fusedQ5_K_2x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_K_1x4_AVX512:
 		fusedQ5_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_K_4x5_AVX512:
-		fusedQ5_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_K_1x5_AVX512:
-		fusedQ5_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_K_4x6_AVX512:
-		fusedQ5_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_K_1x6_AVX512:
-		fusedQ5_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ6_K_4x1_AVX512:
 		fusedQ6_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ6_K_1x1_AVX512:
@@ -1040,22 +992,14 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ6_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ6_K_1x2_AVX512:
 		fusedQ6_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ6_K_4x3_AVX512:
-		fusedQ6_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_2x3_AVX512:
+		fusedQ6_K_2x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ6_K_1x3_AVX512:
 		fusedQ6_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ6_K_4x4_AVX512:
-		fusedQ6_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedQ6_K_2x4_AVX512:
+		fusedQ6_K_2x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ6_K_1x4_AVX512:
 		fusedQ6_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ6_K_4x5_AVX512:
-		fusedQ6_K_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ6_K_1x5_AVX512:
-		fusedQ6_K_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ6_K_4x6_AVX512:
-		fusedQ6_K_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ6_K_1x6_AVX512:
-		fusedQ6_K_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_4x1_AVX512:
 		fusedIQ4_NL_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_1x1_AVX512:
@@ -1064,22 +1008,14 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedIQ4_NL_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_1x2_AVX512:
 		fusedIQ4_NL_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_4x3_AVX512:
-		fusedIQ4_NL_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_2x3_AVX512:
+		fusedIQ4_NL_2x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_1x3_AVX512:
 		fusedIQ4_NL_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_4x4_AVX512:
-		fusedIQ4_NL_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_NL_2x4_AVX512:
+		fusedIQ4_NL_2x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_1x4_AVX512:
 		fusedIQ4_NL_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_4x5_AVX512:
-		fusedIQ4_NL_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_1x5_AVX512:
-		fusedIQ4_NL_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_4x6_AVX512:
-		fusedIQ4_NL_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_1x6_AVX512:
-		fusedIQ4_NL_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_4x1_AVX512:
 		fusedIQ4_XS_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x1_AVX512:
@@ -1088,22 +1024,14 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedIQ4_XS_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x2_AVX512:
 		fusedIQ4_XS_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_XS_4x3_AVX512:
-		fusedIQ4_XS_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_2x3_AVX512:
+		fusedIQ4_XS_2x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x3_AVX512:
 		fusedIQ4_XS_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_XS_4x4_AVX512:
-		fusedIQ4_XS_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedIQ4_XS_2x4_AVX512:
+		fusedIQ4_XS_2x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x4_AVX512:
 		fusedIQ4_XS_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_XS_4x5_AVX512:
-		fusedIQ4_XS_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_XS_1x5_AVX512:
-		fusedIQ4_XS_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_XS_4x6_AVX512:
-		fusedIQ4_XS_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_XS_1x6_AVX512:
-		fusedIQ4_XS_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ3_S_4x1_AVX512:
 		fusedIQ3_S_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ3_S_1x1_AVX512:
@@ -1703,24 +1631,24 @@ var dequantAVX2 = [numDQ]dequantKernel{
 }
 
 var fusedAVX2 = [numDQ]dotFamily{
-	dqQ4_0:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX2, k_fusedQ4_0_4x2_AVX2}, one: []dotKernel{k_fusedQ4_0_1x1_AVX2, k_fusedQ4_0_1x2_AVX2}},
-	dqQ4_1:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX2, k_fusedQ4_1_4x2_AVX2}, one: []dotKernel{k_fusedQ4_1_1x1_AVX2, k_fusedQ4_1_1x2_AVX2}},
-	dqQ5_0:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX2, k_fusedQ5_0_4x2_AVX2}, one: []dotKernel{k_fusedQ5_0_1x1_AVX2, k_fusedQ5_0_1x2_AVX2}},
-	dqQ5_1:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX2, k_fusedQ5_1_4x2_AVX2}, one: []dotKernel{k_fusedQ5_1_1x1_AVX2, k_fusedQ5_1_1x2_AVX2}},
-	dqQ2_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX2, k_fusedQ2_K_4x2_AVX2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX2, k_fusedQ2_K_1x2_AVX2}},
-	dqQ3_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX2, k_fusedQ3_K_4x2_AVX2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX2, k_fusedQ3_K_1x2_AVX2}},
-	dqQ4_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX2, k_fusedQ4_K_4x2_AVX2}, one: []dotKernel{k_fusedQ4_K_1x1_AVX2, k_fusedQ4_K_1x2_AVX2}},
-	dqQ5_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX2, k_fusedQ5_K_4x2_AVX2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX2, k_fusedQ5_K_1x2_AVX2}},
-	dqQ6_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX2, k_fusedQ6_K_4x2_AVX2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX2, k_fusedQ6_K_1x2_AVX2}},
-	dqIQ4_NL:  {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX2, k_fusedIQ4_NL_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX2, k_fusedIQ4_NL_1x2_AVX2}},
-	dqIQ4_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX2, k_fusedIQ4_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX2, k_fusedIQ4_XS_1x2_AVX2}},
-	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX2, k_fusedIQ3_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX2, k_fusedIQ3_S_1x2_AVX2}},
-	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX2, k_fusedIQ3_XXS_4x2_AVX2}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX2, k_fusedIQ3_XXS_1x2_AVX2}},
-	dqIQ2_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX2, k_fusedIQ2_XXS_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX2, k_fusedIQ2_XXS_1x2_AVX2}},
-	dqIQ2_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX2, k_fusedIQ2_XS_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX2, k_fusedIQ2_XS_1x2_AVX2}},
-	dqIQ2_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX2, k_fusedIQ2_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX2, k_fusedIQ2_S_1x2_AVX2}},
-	dqIQ1_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX2, k_fusedIQ1_S_4x2_AVX2}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX2, k_fusedIQ1_S_1x2_AVX2}},
-	dqIQ1_M:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX2, k_fusedIQ1_M_4x2_AVX2}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX2, k_fusedIQ1_M_1x2_AVX2}},
+	dqQ4_0:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX2, k_fusedQ4_0_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ4_0_1x1_AVX2, k_fusedQ4_0_1x2_AVX2}},
+	dqQ4_1:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX2, k_fusedQ4_1_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ4_1_1x1_AVX2, k_fusedQ4_1_1x2_AVX2}},
+	dqQ5_0:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX2, k_fusedQ5_0_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ5_0_1x1_AVX2, k_fusedQ5_0_1x2_AVX2}},
+	dqQ5_1:    {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX2, k_fusedQ5_1_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ5_1_1x1_AVX2, k_fusedQ5_1_1x2_AVX2}},
+	dqQ2_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX2, k_fusedQ2_K_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ2_K_1x1_AVX2, k_fusedQ2_K_1x2_AVX2}},
+	dqQ3_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX2, k_fusedQ3_K_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ3_K_1x1_AVX2, k_fusedQ3_K_1x2_AVX2}},
+	dqQ4_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX2, k_fusedQ4_K_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX2, k_fusedQ4_K_1x2_AVX2}},
+	dqQ5_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX2, k_fusedQ5_K_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ5_K_1x1_AVX2, k_fusedQ5_K_1x2_AVX2}},
+	dqQ6_K:    {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX2, k_fusedQ6_K_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedQ6_K_1x1_AVX2, k_fusedQ6_K_1x2_AVX2}},
+	dqIQ4_NL:  {R: 4, T: 2, N: 2, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX2, k_fusedIQ4_NL_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX2, k_fusedIQ4_NL_1x2_AVX2}},
+	dqIQ4_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX2, k_fusedIQ4_XS_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX2, k_fusedIQ4_XS_1x2_AVX2}},
+	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX2, k_fusedIQ3_S_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX2, k_fusedIQ3_S_1x2_AVX2}},
+	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX2, k_fusedIQ3_XXS_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX2, k_fusedIQ3_XXS_1x2_AVX2}},
+	dqIQ2_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX2, k_fusedIQ2_XXS_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX2, k_fusedIQ2_XXS_1x2_AVX2}},
+	dqIQ2_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX2, k_fusedIQ2_XS_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX2, k_fusedIQ2_XS_1x2_AVX2}},
+	dqIQ2_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX2, k_fusedIQ2_S_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX2, k_fusedIQ2_S_1x2_AVX2}},
+	dqIQ1_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX2, k_fusedIQ1_S_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX2, k_fusedIQ1_S_1x2_AVX2}},
+	dqIQ1_M:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX2, k_fusedIQ1_M_4x2_AVX2}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX2, k_fusedIQ1_M_1x2_AVX2}},
 }
 
 var fmaPeakAVX2 = fmaPeak_AVX2
@@ -1771,24 +1699,24 @@ var dequantAVX512 = [numDQ]dequantKernel{
 }
 
 var fusedAVX512 = [numDQ]dotFamily{
-	dqQ4_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512}},
-	dqQ4_1:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512}},
-	dqQ5_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512}},
-	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512}},
-	dqQ2_K:    {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_4x3_AVX512, k_fusedQ2_K_4x4_AVX512, k_fusedQ2_K_4x5_AVX512, k_fusedQ2_K_4x6_AVX512}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512, k_fusedQ2_K_1x5_AVX512, k_fusedQ2_K_1x6_AVX512}},
-	dqQ3_K:    {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512, k_fusedQ3_K_4x2_AVX512, k_fusedQ3_K_4x3_AVX512, k_fusedQ3_K_4x4_AVX512, k_fusedQ3_K_4x5_AVX512, k_fusedQ3_K_4x6_AVX512}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512, k_fusedQ3_K_1x2_AVX512, k_fusedQ3_K_1x3_AVX512, k_fusedQ3_K_1x4_AVX512, k_fusedQ3_K_1x5_AVX512, k_fusedQ3_K_1x6_AVX512}},
-	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}},
-	dqQ5_K:    {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_4x3_AVX512, k_fusedQ5_K_4x4_AVX512, k_fusedQ5_K_4x5_AVX512, k_fusedQ5_K_4x6_AVX512}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512, k_fusedQ5_K_1x5_AVX512, k_fusedQ5_K_1x6_AVX512}},
-	dqQ6_K:    {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_4x3_AVX512, k_fusedQ6_K_4x4_AVX512, k_fusedQ6_K_4x5_AVX512, k_fusedQ6_K_4x6_AVX512}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512, k_fusedQ6_K_1x5_AVX512, k_fusedQ6_K_1x6_AVX512}},
-	dqIQ4_NL:  {R: 4, T: 6, N: 6, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_4x3_AVX512, k_fusedIQ4_NL_4x4_AVX512, k_fusedIQ4_NL_4x5_AVX512, k_fusedIQ4_NL_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512, k_fusedIQ4_NL_1x5_AVX512, k_fusedIQ4_NL_1x6_AVX512}},
-	dqIQ4_XS:  {R: 4, T: 6, N: 6, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_4x3_AVX512, k_fusedIQ4_XS_4x4_AVX512, k_fusedIQ4_XS_4x5_AVX512, k_fusedIQ4_XS_4x6_AVX512}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512, k_fusedIQ4_XS_1x5_AVX512, k_fusedIQ4_XS_1x6_AVX512}},
-	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX512, k_fusedIQ3_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX512, k_fusedIQ3_S_1x2_AVX512}},
-	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX512, k_fusedIQ3_XXS_4x2_AVX512}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX512, k_fusedIQ3_XXS_1x2_AVX512}},
-	dqIQ2_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX512, k_fusedIQ2_XXS_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX512, k_fusedIQ2_XXS_1x2_AVX512}},
-	dqIQ2_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX512, k_fusedIQ2_XS_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX512, k_fusedIQ2_XS_1x2_AVX512}},
-	dqIQ2_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX512, k_fusedIQ2_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX512, k_fusedIQ2_S_1x2_AVX512}},
-	dqIQ1_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX512, k_fusedIQ1_S_4x2_AVX512}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX512, k_fusedIQ1_S_1x2_AVX512}},
-	dqIQ1_M:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX512, k_fusedIQ1_M_4x2_AVX512}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX512, k_fusedIQ1_M_1x2_AVX512}},
+	dqQ4_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512}},
+	dqQ4_1:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512}},
+	dqQ5_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512}},
+	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512}, rows: []int{4, 4, 4}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512}},
+	dqQ2_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_2x3_AVX512, k_fusedQ2_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512}},
+	dqQ3_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512, k_fusedQ3_K_4x2_AVX512, k_fusedQ3_K_2x3_AVX512, k_fusedQ3_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512, k_fusedQ3_K_1x2_AVX512, k_fusedQ3_K_1x3_AVX512, k_fusedQ3_K_1x4_AVX512}},
+	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}},
+	dqQ5_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_2x3_AVX512, k_fusedQ5_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512}},
+	dqQ6_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_2x3_AVX512, k_fusedQ6_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512}},
+	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_2x3_AVX512, k_fusedIQ4_NL_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512}},
+	dqIQ4_XS:  {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_2x3_AVX512, k_fusedIQ4_XS_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512}},
+	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX512, k_fusedIQ3_S_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX512, k_fusedIQ3_S_1x2_AVX512}},
+	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX512, k_fusedIQ3_XXS_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX512, k_fusedIQ3_XXS_1x2_AVX512}},
+	dqIQ2_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX512, k_fusedIQ2_XXS_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX512, k_fusedIQ2_XXS_1x2_AVX512}},
+	dqIQ2_XS:  {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XS_4x1_AVX512, k_fusedIQ2_XS_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ2_XS_1x1_AVX512, k_fusedIQ2_XS_1x2_AVX512}},
+	dqIQ2_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_S_4x1_AVX512, k_fusedIQ2_S_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ2_S_1x1_AVX512, k_fusedIQ2_S_1x2_AVX512}},
+	dqIQ1_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_S_4x1_AVX512, k_fusedIQ1_S_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ1_S_1x1_AVX512, k_fusedIQ1_S_1x2_AVX512}},
+	dqIQ1_M:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ1_M_4x1_AVX512, k_fusedIQ1_M_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ1_M_1x1_AVX512, k_fusedIQ1_M_1x2_AVX512}},
 }
 
 var fmaPeakAVX512 = fmaPeak_AVX512

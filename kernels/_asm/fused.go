@@ -83,7 +83,7 @@ func interleaved(a arch, k dqkind, R, T int) bool {
 	case R == 1 || isIQ(k) && !(a.zmm && T == 1):
 		return false
 	case a.zmm:
-		return T <= zmmInterleaved(k)
+		return T <= zmmInterleaved(k) || R == 2
 	}
 	// 16 ymm registers: one token, and not the kinds whose decoders hold
 	// more than two vectors a row (fifth bits, a min, IQ4 levels).
@@ -91,8 +91,9 @@ func interleaved(a arch, k dqkind, R, T int) bool {
 }
 
 // zmmInterleaved is the most tokens for which the 32 zmm registers hold
-// the accumulators, every row's decoder state and the tokens' vectors of
-// an element (the register allocator's verdict for each kind).
+// four rows' accumulators and decoder state and the tokens' vectors of an
+// element (the register allocator's verdict for each kind). The kinds of
+// 2 interleave two rows for 3 and 4 tokens instead (fusedRows).
 func zmmInterleaved(k dqkind) int {
 	switch k {
 	case dQ4_0, dQ4_1, dQ5_0, dQ4_K:
@@ -101,6 +102,17 @@ func zmmInterleaved(k dqkind) int {
 		return 3
 	}
 	return 2
+}
+
+// fusedRows is how many rows the fused tile of T tokens of kind k covers:
+// the family's R, or 2 where four rows interleaved would not fit the
+// registers but two do (a tile of one row at a time loads each token's
+// vector for every row; figures: bench/README.md).
+func fusedRows(a arch, k dqkind, R, T int) int {
+	if a.zmm && !isIQ(k) && zmmInterleaved(k) == 2 && T > 2 {
+		return 2
+	}
+	return R
 }
 
 // fusedShape is the tile of the fused kernels: the F32 family's (so that
@@ -134,26 +146,32 @@ func genFusedTable(tb *strings.Builder, a arch) {
 			// larger n take the two-pass path instead.
 			s.T = min(s.T, 2)
 			N = s.T
-		case a.zmm && zmmInterleaved(k) > 2:
-			// Past the interleaved tiles, n goes in groups of them, each
-			// reading the tile's rows again from L1. An interleaved tile
-			// loads each token's vector once for all its rows, where a
-			// tile of one row at a time loads it for every row: that cost
-			// the 5- and 6-token tiles more than a second group costs,
-			// and up to 16 tokens (a decode step of 16 sequences, a few
-			// an expert) the groups beat the two-pass path (figures:
-			// bench/README.md).
+		case a.zmm:
+			// Tiles interleave their rows up to T tokens (four rows, or
+			// two for 3 and 4 tokens: fusedRows), and past T, n goes in
+			// groups of such tiles, each reading the rows again from L1.
+			// An interleaved tile loads each token's vector once for all
+			// its rows, where a tile of one row at a time loads it for
+			// every row: that cost the 5- and 6-token tiles more than a
+			// second group costs, and up to 16 tokens (a decode step of
+			// 16 sequences, a few an expert) the groups beat the two-pass
+			// path (figures: bench/README.md).
 			s.T, N = zmmInterleaved(k), 16
+			if s.T == 2 {
+				s.T = 4
+			}
 		}
-		var full, one []string
+		var full, one, rows []string
 		for T := 1; T <= s.T; T++ {
-			genFused(a, k, s.R, T)
+			R := fusedRows(a, k, s.R, T)
+			genFused(a, k, R, T)
 			genFused(a, k, 1, T)
-			full = append(full, dotGroup.add(fusedName(a, k, s.R, T)))
+			full = append(full, dotGroup.add(fusedName(a, k, R, T)))
 			one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
+			rows = append(rows, fmt.Sprint(R))
 		}
-		fmt.Fprintf(tb, "\tdq%s: {R: %d, T: %d, N: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}},\n",
-			k, s.R, s.T, N, dqBlock[k].elems, strings.Join(full, ", "), strings.Join(one, ", "))
+		fmt.Fprintf(tb, "\tdq%s: {R: %d, T: %d, N: %d, E: %d, full: []dotKernel{%s}, rows: []int{%s}, one: []dotKernel{%s}},\n",
+			k, s.R, s.T, N, dqBlock[k].elems, strings.Join(full, ", "), strings.Join(rows, ", "), strings.Join(one, ", "))
 	}
 	fmt.Fprintf(tb, "}\n")
 }
