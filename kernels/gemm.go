@@ -314,9 +314,10 @@ func (ks *kernelSet) fusedFamily(t tensor.DType) *dotFamily {
 // one call a tile of rows, each row front to back, the kernels counting
 // the spans; the rows past the last whole tile one by one, as the
 // two-pass path takes them. More than T tokens go in balanced groups (5 as
-// 3 and 2), each group's call right after the last on the same rows, which
-// are then in L1. A token's sums do not depend on its group. Validate
-// checked that every row is In/E whole blocks.
+// 2 and 3), each group's call right after the last on the same rows, which
+// are then in L1 (L2 for Grok-1's long ffn_down rows). A token's sums do
+// not depend on its group. Validate checked that every row is In/E whole
+// blocks.
 func fusedDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
 	In, Out := m.In, m.Out
 	steps := In / fam.E
