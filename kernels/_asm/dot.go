@@ -148,10 +148,9 @@ func genDot(a arch, k wkind, R, T int) {
 }
 
 // prefetchNextRows prefetches this step's lines of the R rows after the
-// tile's (where the next call starts), if the kernel addresses them
-// (prefetchRows).
+// tile's (where the next call starts; prefetchRows).
 func (a arch) prefetchNextRows(k wkind, w *strided, R int) {
-	for r := 0; r < R && w.rows > R; r++ {
+	for r := 0; r < R; r++ {
 		for off := 0; off < dotStepBytes(a, k); off += 64 {
 			PREFETCHT0(w.at(r+R, off))
 		}

@@ -52,7 +52,6 @@ func genInOut(a arch, k wkind, K, T int) {
 	// The kernels prefetch the next group's rows, one line per row and
 	// cache line of this group's: a run out of each row is too short for
 	// the hardware prefetcher, which restarts at every 4 KiB page.
-	pf := prefetchRows(K) > K
 	w := newStrided(wp, ldw, prefetchRows(K))
 	xb := make([][]VecVirtual, T)
 	for t := range xb {
@@ -87,10 +86,8 @@ func genInOut(a arch, k wkind, K, T int) {
 			a.inoutLinesAhead(k, K, U, w, acc, xb[0], i)
 		} else {
 			Label("loop")
-			if pf {
-				for j := 0; j < K; j++ {
-					PREFETCHT0(w.at(j+K, 0))
-				}
+			for j := 0; j < K; j++ {
+				PREFETCHT0(w.at(j+K, 0))
 			}
 			for u := 0; u < U; u++ {
 				step(u)
@@ -111,10 +108,8 @@ func genInOut(a arch, k wkind, K, T int) {
 		JNZ(LabelRef("one"))
 	} else {
 		Label("loop")
-		if pf {
-			for j := 0; j < K; j++ {
-				PREFETCHT0(w.at(j+K, 0))
-			}
+		for j := 0; j < K; j++ {
+			PREFETCHT0(w.at(j+K, 0))
 		}
 		step(0)
 		w.advance(stepBytes(a, k))

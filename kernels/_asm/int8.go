@@ -142,9 +142,7 @@ func (a arch) intStepVNNI(k ikind, w, xq, dx, cr *strided, acc [][]VecVirtual, k
 	wv := make([]VecVirtual, R)
 	d := make([]VecVirtual, R)
 	for r := 0; r < R; r++ {
-		if w.rows > R {
-			PREFETCHT0(w.at(r+R, 0))
-		}
+		PREFETCHT0(w.at(r+R, 0)) // the next tile's rows (prefetchRows)
 		wv[r] = ZMM()
 		if k == iQ8 {
 			// Two blocks: quants at +2 and +36, fp16 scales at +0 and +34.
