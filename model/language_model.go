@@ -394,10 +394,9 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 	// the others' outputs would feed nothing, their keys and values written
 	// by attend. Each row is computed on its own, so the kept rows have the
 	// bits of a full pass.
-	front := rows < N
-	if front {
-		for i, row := range ws.outRows {
-			copy(h[i*D:(i+1)*D], h[row*D:(row+1)*D]) // row ≥ i: rows ascend
+	for i, row := range ws.outRows {
+		if row != i { // row > i: rows ascend
+			copy(h[i*D:(i+1)*D], h[row*D:(row+1)*D])
 		}
 	}
 	// It runs exact, as the unembedding does, for every row: when
@@ -409,15 +408,9 @@ func (lm *LanguageModel) forward(mem *KVMemory, inputs []Input, N, rows int) ([]
 	if ws.commErr != nil {
 		return nil, ws.commErr
 	}
-	// Final norm and unembedding only for the rows whose logits are wanted
-	// (the first rows of h when the last feed-forward kept only them).
+	// Final norm and unembedding for the same rows, now the first of h.
 	xn := ws.xn[:rows*D]
-	for i, row := range ws.outRows {
-		if front {
-			row = i
-		}
-		kernels.RMSNorm(xn[i*D:(i+1)*D], h[row*D:(row+1)*D], lm.RMSNorm.Scale, lm.RMSNorm.Eps)
-	}
+	lm.RMSNorm.Forward(xn, h, rows)
 	var logits []float32
 	if lm.shard != nil {
 		var err error
