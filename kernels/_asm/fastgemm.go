@@ -286,6 +286,16 @@ func widenLead(ldw, rows Register) Register {
 	return lead
 }
 
+// widenPrefetch prefetches, at the start of a super-block of sb bytes at
+// p, the same super-block 8 on in the row and the one at the same offset
+// of the next tile of rows (widenLead).
+func widenPrefetch(p, lead Register, sb int) {
+	for o := 0; o < sb; o += 64 {
+		PREFETCHT0(Mem{Base: p, Disp: 8*sb + o})
+		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o})
+	}
+}
+
 func widenNextRow(w, ldw, rows Register) {
 	ADDQ(ldw, w)
 	DECQ(rows)
@@ -485,10 +495,7 @@ func genWidenQK(q5 bool) string {
 	j := GP64()
 	MOVQ(nb, j)
 	Label("sb")
-	for o := 0; o < sbBytes; o += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: 8*sbBytes + o})
-		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
-	}
+	widenPrefetch(p, lead, sbBytes)
 	d, dmin := XMM(), XMM()
 	g := GP32()
 	MOVWLZX(Mem{Base: p}, g)
@@ -588,10 +595,7 @@ func genWidenQ6K() string {
 	j := GP64()
 	MOVQ(nb, j)
 	Label("sb")
-	for o := 0; o < 210; o += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: 8*210 + o})
-		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
-	}
+	widenPrefetch(p, lead, 210)
 	for n := 0; n < 2; n++ {
 		l0, l1, h := YMM(), YMM(), YMM()
 		VMOVDQU(Mem{Base: p, Disp: 64 * n}, l0)
@@ -658,10 +662,7 @@ func genWidenIQ4XS() string {
 	j := GP64()
 	MOVQ(nb, j)
 	Label("sb")
-	for o := 0; o < 136; o += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: 8*136 + o})
-		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
-	}
+	widenPrefetch(p, lead, 136)
 	d := XMM()
 	g := GP32()
 	MOVWLZX(Mem{Base: p}, g)
@@ -729,10 +730,7 @@ func genWidenQ3K() string {
 	j := GP64()
 	MOVQ(nb, j)
 	Label("sb")
-	for o := 0; o < 110; o += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: 8*110 + o})
-		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
-	}
+	widenPrefetch(p, lead, 110)
 	hm := YMM()
 	VMOVDQU(Mem{Base: p}, hm)
 	for n := 0; n < 2; n++ {
@@ -829,10 +827,7 @@ func genWidenQ2K() string {
 	j := GP64()
 	MOVQ(nb, j)
 	Label("sb")
-	for o := 0; o < 84; o += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: 8*84 + o})
-		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o}) // the next tile (widenLead)
-	}
+	widenPrefetch(p, lead, 84)
 	for n := 0; n < 2; n++ {
 		q := YMM()
 		VMOVDQU(Mem{Base: p, Disp: 16 + 32*n}, q)
