@@ -88,6 +88,7 @@ type dq struct {
 	lanes    []Register // iquant: the current grid indices, 4 a register
 	iqr      *iqRegs
 	three    VecVirtual // Q2_K on zmm: a vector of 3s, or nil
+	iota     VecVirtual // Q4_K on zmm: the levels 0..15 as float32 (newIota), or nil
 }
 
 // hasLocal reports whether kind k's block decoder keeps per-sub-block
@@ -130,7 +131,7 @@ func genDequant(a arch, k dqkind) string {
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s decodes n blocks of %s at src (%d bytes each) into n·%d float32 at dst, as tensor.DequantizeRow does.",
 		name, k, dqBlock[k].bytes, dqBlock[k].elems))
-	g := &dq{a: a}
+	g := &dq{a: a, iota: newIota(a, k)}
 	g.dst = Load(Param("dst"), GP64())
 	g.src = Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
@@ -260,16 +261,8 @@ func (g *dq) levels16(base int, scale, off Op) VecVirtual {
 // the level of j mod m, so that the bits above a quant in its lane (the
 // next quants of its byte) need no mask.
 func (g *dq) levelsMod(base, m int, scale, off Op) VecVirtual {
-	w := make([]uint32, 16)
-	for q := range w {
-		w[q] = math.Float32bits(float32(base + q%m))
-	}
 	t := g.a.vec()
-	name := fmt.Sprintf("dqlevels_%d_mod%d", base, m)
-	if base < 0 {
-		name = fmt.Sprintf("dqlevels_m%d_mod%d", -base, m)
-	}
-	lv := g.a.constDwords(name, w)
+	lv := g.levelConst(base, m)
 	switch {
 	case g.a.zmm && m == 8:
 		// Q3_K's table a sub-block of 16: its period of 32 bytes is
@@ -293,6 +286,32 @@ func (g *dq) levelsMod(base, m int, scale, off Op) VecVirtual {
 		VMULPS(lv, scale, t)
 	}
 	return t
+}
+
+// levelConst is the constant vector of float32(base + j mod m), j = 0..15.
+func (g *dq) levelConst(base, m int) Mem {
+	w := make([]uint32, 16)
+	for q := range w {
+		w[q] = math.Float32bits(float32(base + q%m))
+	}
+	name := fmt.Sprintf("dqlevels_%d_mod%d", base, m)
+	if base < 0 {
+		name = fmt.Sprintf("dqlevels_m%d_mod%d", -base, m)
+	}
+	return g.a.constDwords(name, w)
+}
+
+// newIota returns, for Q4_K on zmm, a vector of the levels 0..15 (dq.iota),
+// kept in a register so that a sub-block's table costs one load fewer (the
+// kernel's loads, two a cycle, bind beside its shuffles); nil otherwise.
+// Q4_0's tables gained nothing from it.
+func newIota(a arch, k dqkind) VecVirtual {
+	if !a.zmm || k != dQ4_K {
+		return nil
+	}
+	v := a.vec()
+	VMOVUPS((&dq{a: a}).levelConst(0, 16), v)
+	return v
 }
 
 // lookup puts the levels of the low four bits of each lane of q at out
@@ -459,11 +478,20 @@ func (g *dq) q45K(five bool) {
 	for s := 0; s < 8; s++ {
 		// Sub-block s: the low (even s) or high nibbles of bytes 32·(s/2)...
 		j := s / 2
-		d1, m1 := g.bcast(g.loc(4*s)), g.bcast(g.loc(32+4*s))
 		if a.zmm && !five {
 			// The odd sub-block shifts the bytes its even one loaded
 			// (VPMOVZXBD competes with VPERMPS for the shuffle unit).
-			lv := g.levels16(0, d1, m1)
+			var lv VecVirtual
+			if g.iota != nil {
+				// levels16's bits from two loads, not three: the
+				// broadcast scale times the levels in a register, minus
+				// the min read as a broadcast operand (one rounding, as
+				// levelsMod's).
+				lv = g.bcast(g.loc(4 * s))
+				VFMSUB213PS_BCST(g.loc(32+4*s), g.iota, lv)
+			} else {
+				lv = g.levels16(0, g.bcast(g.loc(4*s)), g.bcast(g.loc(32+4*s)))
+			}
 			for l0 := 0; l0 < 32; l0 += a.V {
 				if s%2 == 0 {
 					q45[l0/a.V] = g.u8(qs + 32*j + l0)
@@ -474,6 +502,7 @@ func (g *dq) q45K(five bool) {
 			}
 			continue
 		}
+		d1, m1 := g.bcast(g.loc(4*s)), g.bcast(g.loc(32+4*s))
 		if a.zmm {
 			// Q5_K: the 32 levels in two tables (VPERMI2PS reads index
 			// bits 0-4), the nibble and the fifth bit merged in one

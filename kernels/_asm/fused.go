@@ -216,6 +216,7 @@ func genFused(a arch, k dqkind, R, T int) {
 		three = a.vec()
 		VPBROADCASTD((&dq{a: a}).c(3), three)
 	}
+	iota := newIota(a, k) // shared by the rows
 	pf := prefetchAhead(w, R)
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
@@ -227,7 +228,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	}
 	rows := make([]*dq, R)
 	for r := range rows {
-		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three}
+		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three, iota: iota}
 		if hasLocal(k) {
 			rows[r].local = local.Offset(128 * r)
 		}
