@@ -89,6 +89,9 @@ type dq struct {
 	iqr      *iqRegs
 	three    VecVirtual // Q2_K on zmm: a vector of 3s, or nil
 	iota     VecVirtual // Q4_K on zmm: the levels 0..15 as float32 (newIota), or nil
+	// scaled: the block's scales are in the stack area already (a fused
+	// Q4_K kernel makes them a block ahead, genFused).
+	scaled bool
 }
 
 // hasLocal reports whether kind k's block decoder keeps per-sub-block
@@ -438,17 +441,18 @@ func words(w [4]Register) VecVirtual {
 	return x
 }
 
-// q45K decodes Q4_K (d, dmin, 12 bytes of 6-bit scales and mins, 128
-// bytes of nibbles) or Q5_K (the same, then 32 bytes of fifth bits before
-// the nibbles): sub-block s of 32 is (d·sc[s])·q - dmin·m[s].
-func (g *dq) q45K(five bool) {
-	a := g.a
+// q45KScales stores the float32 scales (d·sc[s]) and mins (dmin·m[s]) of
+// the Q4_K/Q5_K block off bytes past the current one at area, the stack
+// area q45K reads them from.
+func (g *dq) q45KScales(off int, area Mem) {
+	defer func(m Mem) { g.local = m }(g.local)
+	g.local = area
 	// ggml's unpacking of the 12 bytes at 4 into the scales (u0, u2) and
 	// the mins (u1, u3), as its AVX2 dot product does.
 	u0, u1, u2, u3, t := GP32(), GP32(), GP32(), GP32(), GP32()
-	MOVL(g.at(4), u0)
-	MOVL(g.at(8), u1)
-	MOVL(g.at(12), u2)
+	MOVL(g.at(off+4), u0)
+	MOVL(g.at(off+8), u1)
+	MOVL(g.at(off+12), u2)
 	MOVL(u2, u3)
 	SHRL(U8(4), u3)
 	ANDL(U32(0x0f0f0f0f), u3)
@@ -466,10 +470,20 @@ func (g *dq) q45K(five bool) {
 	ORL(t, u2)
 	ANDL(U32(0x3f3f3f3f), u0)
 	x := words([4]Register{u0, u2, u1, u3})
-	g.scalesTo(x, 8, 0, g.halfY(g.at(0)), 0)
+	g.scalesTo(x, 8, 0, g.halfY(g.at(off)), 0)
 	xm := XMM()
 	VPSHUFD(U8(0xEE), x, xm)
-	g.scalesTo(xm, 8, 0, g.halfY(g.at(2)), 32)
+	g.scalesTo(xm, 8, 0, g.halfY(g.at(off+2)), 32)
+}
+
+// q45K decodes Q4_K (d, dmin, 12 bytes of 6-bit scales and mins, 128
+// bytes of nibbles) or Q5_K (the same, then 32 bytes of fifth bits before
+// the nibbles): sub-block s of 32 is (d·sc[s])·q - dmin·m[s].
+func (g *dq) q45K(five bool) {
+	a := g.a
+	if !g.scaled {
+		g.q45KScales(0, g.local)
+	}
 	qs := 16
 	if five {
 		qs = 48

@@ -198,8 +198,17 @@ func genFused(a arch, k dqkind, R, T int) {
 		out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
 		a.reduceAdd(acc, out, nil)
 	}
+	// Q4_K's scales (a chain of scalar unpacking, transfers and
+	// conversions) are made a block ahead into the second of two stack
+	// areas, so that the latency of the next block's is hidden behind this
+	// block's products.
+	ahead := k == dQ4_K && a.zmm && (T <= 3 || R == 1)
 	var local Mem
-	if hasLocal(k) {
+	switch {
+	case ahead:
+		// Two areas of 64 bytes a row: the 16 floats a block's scales are.
+		local = AllocLocal(2 * 64 * R)
+	case hasLocal(k):
 		local = AllocLocal(128 * R)
 	}
 	var tbl VecVirtual
@@ -218,19 +227,40 @@ func genFused(a arch, k dqkind, R, T int) {
 	}
 	iota := newIota(a, k) // shared by the rows
 	pf := prefetchAhead(w, R)
+	rows := make([]*dq, R)
+	for r := range rows {
+		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three, iota: iota}
+		if hasLocal(k) {
+			rows[r].local = local.Offset(128 * r)
+		}
+	}
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
+	var cur, nxt GPVirtual
+	if ahead {
+		cur, nxt = GP64(), GP64()
+		LEAQ(local, cur)
+		LEAQ(local.Offset(64*R), nxt)
+		for r, g := range rows {
+			g.q45KScales(0, Mem{Base: cur, Disp: 64 * r})
+		}
+	}
 	Label("loop")
 	for r := 0; r < R; r++ {
 		for off := 0; off < bytes; off += 64 {
 			PREFETCHT0(pf.at(r, off))
 		}
 	}
-	rows := make([]*dq, R)
-	for r := range rows {
-		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three, iota: iota}
-		if hasLocal(k) {
-			rows[r].local = local.Offset(128 * r)
+	if ahead {
+		// The last block has no next one to read.
+		CMPQ(n, U8(1))
+		JE(LabelRef("scaled"))
+		for r, g := range rows {
+			g.q45KScales(bytes, Mem{Base: nxt, Disp: 64 * r})
+		}
+		Label("scaled")
+		for r, g := range rows {
+			g.local, g.scaled = Mem{Base: cur, Disp: 64 * r}, true
 		}
 	}
 	check := func(g *dq) {
@@ -263,6 +293,9 @@ func genFused(a arch, k dqkind, R, T int) {
 			g.block(k, tbl)
 			check(g)
 		}
+	}
+	if ahead {
+		XCHGQ(cur, nxt)
 	}
 	w.advance(bytes)
 	pf.advance(bytes)
