@@ -134,25 +134,29 @@ func TestFusedKernelsStayInBounds(t *testing.T) {
 				continue
 			}
 			in := 3 * max(c.dt.BlockSize(), 32)
-			m := randBlockMat(t, rng, c.dt, 5, in)
-			ref := f32OfDecoded(t, &m)
-			data, free := guarded(t, m.Data)
-			m.Data = data
-			for n := 1; n <= fam.T; n++ {
-				xs := randInputs(rng, n, in)
-				xb, freeX := guarded(t, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
-				x := unsafe.Slice((*float32)(unsafe.Pointer(&xb[0])), len(xs))
-				got, want := make([]float32, 5*n), make([]float32, 5*n)
-				ks.dequantMatMul(got, x, n, &m, 0, 5)
-				MatMul(want, x, n, &ref)
-				freeX()
-				for i := range want {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%v n=%d: element %d is %g, the F32 matrix gives %g", c.dt, n, i, got[i], want[i])
+			// A whole tile last (its last row's end at the guard), and
+			// a tile then a single row.
+			for _, out := range []int{fam.R, fam.R + 1} {
+				m := randBlockMat(t, rng, c.dt, out, in)
+				ref := f32OfDecoded(t, &m)
+				data, free := guarded(t, m.Data)
+				m.Data = data
+				for n := 1; n <= fam.T; n++ {
+					xs := randInputs(rng, n, in)
+					xb, freeX := guarded(t, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+					x := unsafe.Slice((*float32)(unsafe.Pointer(&xb[0])), len(xs))
+					got, want := make([]float32, out*n), make([]float32, out*n)
+					ks.dequantMatMul(got, x, n, &m, 0, out)
+					MatMul(want, x, n, &ref)
+					freeX()
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v %d rows n=%d: element %d is %g, the F32 matrix gives %g", c.dt, out, n, i, got[i], want[i])
+						}
 					}
 				}
+				free()
 			}
-			free()
 		}
 	})
 }
