@@ -202,7 +202,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	// conversions) are made a block ahead into the second of two stack
 	// areas, so that the latency of the next block's is hidden behind this
 	// block's products.
-	ahead := k == dQ4_K && a.zmm && (T <= 3 || R == 1)
+	ahead := k == dQ4_K && a.zmm
 	var local Mem
 	switch {
 	case ahead:
@@ -227,6 +227,15 @@ func genFused(a arch, k dqkind, R, T int) {
 	}
 	iota := newIota(a, k) // shared by the rows
 	pf := prefetchAhead(w, R)
+	// With the scales ahead and four tokens (a third register for their
+	// rows) the prefetch base is one general register too many: it is
+	// kept as its distance from w on the stack and formed at each step.
+	var pfLead Mem
+	if ahead && T >= 4 {
+		pfLead = AllocLocal(8)
+		SUBQ(w.base, pf.base)
+		MOVQ(pf.base, pfLead)
+	}
 	rows := make([]*dq, R)
 	for r := range rows {
 		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three, iota: iota}
@@ -246,9 +255,16 @@ func genFused(a arch, k dqkind, R, T int) {
 		}
 	}
 	Label("loop")
+	pfStep := pf
+	if pfLead.Base != nil {
+		b := GP64()
+		MOVQ(pfLead, b)
+		ADDQ(w.base, b)
+		pfStep = &strided{base: b, stride: pf.stride, stride3: pf.stride3, rows: pf.rows}
+	}
 	for r := 0; r < R; r++ {
 		for off := 0; off < bytes; off += 64 {
-			PREFETCHT0(pf.at(r, off))
+			PREFETCHT0(pfStep.at(r, off))
 		}
 	}
 	if ahead {
@@ -298,7 +314,9 @@ func genFused(a arch, k dqkind, R, T int) {
 		XCHGQ(cur, nxt)
 	}
 	w.advance(bytes)
-	pf.advance(bytes)
+	if pfLead.Base == nil {
+		pf.advance(bytes)
+	}
 	x.advance(4 * E)
 	a.nextWith(n, "reduce", span, "loop", acc, reduce)
 	a.finishWith(reduce)
