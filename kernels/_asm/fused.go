@@ -239,7 +239,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	rows := make([]*dq, R)
 	for r := range rows {
 		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three, iota: iota}
-		if hasLocal(k) {
+		if hasLocal(k) && !ahead { // ahead: the areas are addressed from cur and nxt below
 			rows[r].local = local.Offset(128 * r)
 		}
 	}
