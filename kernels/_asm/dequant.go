@@ -476,6 +476,27 @@ func (g *dq) q45KScales(off int, area Mem) {
 	g.scalesTo(xm, 8, 0, g.halfY(g.at(off+2)), 32)
 }
 
+// scalesAhead reports whether a fused kernel of kind k makes each block's
+// scales while the block before it multiplies (genFused, blockScales): the
+// kinds whose scales are a chain of scalar unpacking, transfers and
+// conversions ahead of the block's first table, 64 bytes a row.
+func scalesAhead(a arch, k dqkind) bool {
+	return a.zmm && (k == dQ4_K || k == dQ3_K)
+}
+
+// blockScales stores the scales of the block off bytes past the current
+// one at area, where block reads them once g.scaled is set.
+func (g *dq) blockScales(k dqkind, off int, area Mem) {
+	switch k {
+	case dQ4_K:
+		g.q45KScales(off, area)
+	case dQ3_K:
+		g.q3KScales(off, area)
+	default:
+		panic(fmt.Sprintf("blockScales: %s", k))
+	}
+}
+
 // q45K decodes Q4_K (d, dmin, 12 bytes of 6-bit scales and mins, 128
 // bytes of nibbles) or Q5_K (the same, then 32 bytes of fifth bits before
 // the nibbles): sub-block s of 32 is (d·sc[s])·q - dmin·m[s].
@@ -795,11 +816,23 @@ func (g *dq) q2K() {
 // bytes of 6-bit scales, d; sub-block c of 16 is (d·(scale-32))·q, q the
 // low pair minus 4 unless the high bit is set.
 func (g *dq) q3K() {
+	if !g.scaled {
+		g.q3KScales(0, g.local)
+	}
+	g.q3KBody()
+}
+
+// q3KScales stores the float32 scales d·(sc-32) of the 16 sub-blocks of
+// the Q3_K block off bytes past the current one at area, the stack area
+// q3K reads them from.
+func (g *dq) q3KScales(off int, area Mem) {
+	defer func(m Mem) { g.local = m }(g.local)
+	g.local = area
 	a := g.a
 	a0, a1, tmp := GP32(), GP32(), GP32()
-	MOVL(g.at(96), a0)
-	MOVL(g.at(100), a1)
-	MOVL(g.at(104), tmp)
+	MOVL(g.at(off+96), a0)
+	MOVL(g.at(off+100), a1)
+	MOVL(g.at(off+104), tmp)
 	x := XMM()
 	for i := 0; i < 4; i++ {
 		// Word i: low nibbles of a0 or a1 (shifted by 4 for i ≥ 2), top
@@ -824,7 +857,12 @@ func (g *dq) q3K() {
 			VPINSRD(U8(i), r, x, x)
 		}
 	}
-	g.scalesTo(x, 16, 32, a.q8Scale(g.at(108)), 0)
+	g.scalesTo(x, 16, 32, a.q8Scale(g.at(off+108)), 0)
+}
+
+// q3KBody is the part of q3K after its scales.
+func (g *dq) q3KBody() {
+	a := g.a
 	var q3q, q3h [2]VecVirtual // zmm: the low pairs and high bits in use
 	for c := 0; c < 16; c++ {
 		// Sub-block c: bit pair s of bytes 32 + 32n + 16·sub..., high bit

@@ -198,11 +198,10 @@ func genFused(a arch, k dqkind, R, T int) {
 		out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
 		a.reduceAdd(acc, out, nil)
 	}
-	// Q4_K's scales (a chain of scalar unpacking, transfers and
-	// conversions) are made a block ahead into the second of two stack
-	// areas, so that the latency of the next block's is hidden behind this
-	// block's products.
-	ahead := k == dQ4_K && a.zmm
+	// Q4_K's and Q3_K's scales are made a block ahead into the second of
+	// two stack areas, so that the latency of the next block's is hidden
+	// behind this block's products.
+	ahead := scalesAhead(a, k)
 	var local Mem
 	switch {
 	case ahead:
@@ -251,7 +250,7 @@ func genFused(a arch, k dqkind, R, T int) {
 		LEAQ(local, cur)
 		LEAQ(local.Offset(64*R), nxt)
 		for r, g := range rows {
-			g.q45KScales(0, Mem{Base: cur, Disp: 64 * r})
+			g.blockScales(k, 0, Mem{Base: cur, Disp: 64 * r})
 		}
 	}
 	Label("loop")
@@ -272,7 +271,7 @@ func genFused(a arch, k dqkind, R, T int) {
 		CMPQ(n, U8(1))
 		JE(LabelRef("scaled"))
 		for r, g := range rows {
-			g.q45KScales(bytes, Mem{Base: nxt, Disp: 64 * r})
+			g.blockScales(k, bytes, Mem{Base: nxt, Disp: 64 * r})
 		}
 		Label("scaled")
 		for r, g := range rows {
