@@ -479,16 +479,18 @@ func (g *dq) q45KScales(off int, area Mem) {
 // scalesAhead reports whether a fused kernel of kind k makes each block's
 // scales while the block before it multiplies (genFused, blockScales): the
 // kinds whose scales are a chain of scalar unpacking, transfers and
-// conversions ahead of the block's first table, 64 bytes a row.
+// conversions ahead of the block's first table, 64 bytes a row. (Q6_K's,
+// one widening of its bytes, gained nothing; Q2_K's cost instructions,
+// not latency.)
 func scalesAhead(a arch, k dqkind) bool {
-	return a.zmm && (k == dQ4_K || k == dQ3_K)
+	return a.zmm && (k == dQ4_K || k == dQ5_K || k == dQ3_K)
 }
 
 // blockScales stores the scales of the block off bytes past the current
 // one at area, where block reads them once g.scaled is set.
 func (g *dq) blockScales(k dqkind, off int, area Mem) {
 	switch k {
-	case dQ4_K:
+	case dQ4_K, dQ5_K:
 		g.q45KScales(off, area)
 	case dQ3_K:
 		g.q3KScales(off, area)

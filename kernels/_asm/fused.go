@@ -198,8 +198,8 @@ func genFused(a arch, k dqkind, R, T int) {
 		out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
 		a.reduceAdd(acc, out, nil)
 	}
-	// Q4_K's and Q3_K's scales are made a block ahead into the second of
-	// two stack areas, so that the latency of the next block's is hidden
+	// The K-quants' scales (scalesAhead) are made a block ahead into the
+	// second of two stack areas, so that the latency of the next block's is hidden
 	// behind this block's products.
 	ahead := scalesAhead(a, k)
 	var local Mem
