@@ -848,9 +848,11 @@ func widenQ3KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 
 // widenQ2KRef is widenRef for Q2_K (nb blocks of 32, whole super-blocks):
 // block 4n+j of a super-block the 2-bit quants at bits 2j of bytes
-// 16+32n.., and for each half of 16 its scale d·(sc&15) at
-// ds[2·(r·nb+b)+h] and its min, negated, -(dmin·(sc>>4)), at
-// ds[2·rows·nb+2·(r·nb+b)+h].
+// 16+32n.. times their half's 4-bit scale sc&15, and for each half of 16
+// the super-block's d at ds[2·(r·nb+b)+h] (d·(sc&15)·q is exact in float32,
+// so d times the widened weight is the dequantiser's (d·sc)·q) and its
+// min, negated, -(dmin·(sc>>4)), at ds[2·rows·nb+2·(r·nb+b)+h]. The
+// products then sum a block at once, with one scale.
 func widenQ2KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 	dm := ds[2*rows*nb:]
 	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
@@ -863,12 +865,13 @@ func widenQ2KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 			for n := 0; n < 2; n++ {
 				for j := 0; j < 4; j++ {
 					for l, v := range blk[16+32*n : 16+32*n+32] {
-						put((b0+4*n+j)*64+2*l, int16(v>>(2*j)&3))
+						sc := blk[8*n+2*j+l/16] & 15 // sub-block 2(4n+j) + l/16
+						put((b0+4*n+j)*64+2*l, int16(v>>(2*j)&3)*int16(sc))
 					}
 				}
 			}
 			for k, sc := range blk[:16] {
-				ds[2*b0+k] = d * float32(sc&15)
+				ds[2*b0+k] = d
 				dm[2*b0+k] = -float32(dmin * float32(sc>>4))
 			}
 		}
@@ -889,7 +892,13 @@ var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
 // floats).
 func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bool, nb int, xa []byte, ldx, rows, v int) {
 	parts, per := 1, 32 // weights a scale
-	if halves {
+	minParts := 1       // mins a block
+	switch {
+	case halves && dm != nil:
+		// Q2_K: one sum and one scale a block (ds[2b], the weights carry
+		// their scale per 16), a min per 16.
+		minParts = 2
+	case halves:
 		parts, per = 2, 16
 	}
 	for r := 0; r < rows; r++ {
@@ -907,15 +916,18 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 							x := int16(uint16(xb[o]) | uint16(xb[o+1])<<8)
 							s += int32(w) * int32(x)
 						}
-						i := (r*nb+b)*parts + h
+						i := (r*nb+b)*max(parts, minParts) + h
 						c := float32(ds[i] * getF32(xb[fastDX+4*l:]))
 						acc = fma32(float32(s), c, acc)
-						if dm != nil {
-							sx := fastSX
+						if dm == nil {
+							continue
+						}
+						for mh := 0; mh < minParts; mh++ {
+							sx, mi := fastSX, i
 							if halves {
-								sx = fastSX0 + 64*h
+								sx, mi = fastSX0+64*(h+mh), i+mh
 							}
-							acc = fma32(getF32(xb[sx+4*l:]), dm[i], acc)
+							acc = fma32(getF32(xb[sx+4*l:]), dm[mi], acc)
 						}
 					}
 				}

@@ -2183,12 +2183,12 @@ func fast16h_4x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int
 //go:noescape
 func fast16h_1x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fast16hm_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fast16hm_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
 func fast16hm_4x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fast16hm_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fast16hm_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
 func fast16hm_1x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
@@ -2223,12 +2223,12 @@ func fast16h_4x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int
 //go:noescape
 func fast16h_1x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fast16hm_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fast16hm_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
 func fast16hm_4x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
 
-// fast16hm_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
+// fast16hm_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).
 //
 //go:noescape
 func fast16hm_1x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)
@@ -2293,7 +2293,7 @@ func widenIQ4XS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenQ3K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
-// widenQ2K_VNNI widens nb/8 Q2_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h) and their mins, negated, at ds + 8·rows·nb.
+// widenQ2K_VNNI widens nb/8 Q2_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 times their 16-weight half's scale at dst (row r, block b at (r·nb+b)·64 bytes), the super-block's d to float32 at ds (at 2·(r·nb+b)+h) and the halves' mins, negated, at ds + 8·rows·nb.
 //
 //go:noescape
 func widenQ2K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)

@@ -59,7 +59,7 @@ const (
 	fvPlain fastVariant = iota
 	fvMins
 	fvHalves
-	fvHalvesMins // a scale and a min per 16 (Q2_K)
+	fvHalvesMins // a min per 16, weights widened times their scale per 16 (Q2_K)
 )
 
 func fastName(R, V int, fv fastVariant) string {
@@ -83,7 +83,7 @@ func genFast(R, V int, fv fastVariant) {
 		extra = " (ds: two scales a block, one for each 16 weights)"
 	}
 	if halves && mins {
-		extra = " + dm[r][b][h]·sx[v][l][b][h] (ds, dm and the sums: two a block, one for each 16 weights)"
+		extra = " + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights)"
 	}
 	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
 		name, extra, R, V))
@@ -116,8 +116,9 @@ func genFast(R, V int, fv fastVariant) {
 	Label("loop")
 	// Pairs [p0, p1) of the block into fresh accumulators, then added
 	// with scale (ds row offset) so: the whole block at once, or with
-	// halves each 16 weights with its own scale.
-	part := func(p0, p1, so, sxo int) {
+	// halves each 16 weights with its own scale; and with mins, each min
+	// at dm row offset mo[i] times the sums at sxo[i].
+	part := func(p0, p1, so int, mo, sxo []int) {
 		// With one vector of tokens, R chains of VPDPWSSD would wait on
 		// its latency: each row's pairs then alternate between two
 		// accumulators, added at the block's end (integers: the same sum).
@@ -164,13 +165,17 @@ func genFast(R, V int, fv fastVariant) {
 				}
 			}
 		}
-		dx, sx := make([]VecVirtual, V), make([]VecVirtual, V)
+		dx := make([]VecVirtual, V)
+		sx := make([][]VecVirtual, len(sxo))
 		for v := range dx {
 			dx[v] = ZMM()
 			VMOVUPS(xat(v, fastDX), dx[v])
-			if mins {
-				sx[v] = ZMM()
-				VMOVUPS(xat(v, sxo), sx[v])
+		}
+		for i, o := range sxo {
+			sx[i] = make([]VecVirtual, V)
+			for v := range sx[i] {
+				sx[i][v] = ZMM()
+				VMOVUPS(xat(v, o), sx[i][v])
 			}
 		}
 		for r := 0; r < R; r++ {
@@ -179,17 +184,25 @@ func genFast(R, V int, fv fastVariant) {
 				c := ZMM()
 				VMULPS_BCST(ds.at(r, so), dx[v], c) // dw·dx, rounded
 				VFMADD231PS(c, acc[0][r][v], out[r][v])
-				if mins {
-					VFMADD231PS_BCST(dm.at(r, so), sx[v], out[r][v]) // + (-dmin·m)·dx·Σq
+				for i := range mo {
+					VFMADD231PS_BCST(dm.at(r, mo[i]), sx[i][v], out[r][v]) // + (-dmin·m)·dx·Σq
 				}
 			}
 		}
 	}
-	if halves {
-		part(0, 8, 0, fastSX0)
-		part(8, 16, 4, fastSX1)
-	} else {
-		part(0, 16, 0, fastSX)
+	switch {
+	case halves && mins:
+		// Q2_K: the widened weights carry their 4-bit scale (sc·q), so
+		// the block is one sum and one scale (d, at both halves' place),
+		// and each half adds its own min.
+		part(0, 16, 0, []int{0, 4}, []int{fastSX0, fastSX1})
+	case halves:
+		part(0, 8, 0, nil, nil)
+		part(8, 16, 4, nil, nil)
+	case mins:
+		part(0, 16, 0, []int{0}, []int{fastSX})
+	default:
+		part(0, 16, 0, nil, nil)
 	}
 	ws.advance(64)
 	step := 4
@@ -803,13 +816,14 @@ func genWidenQ3K() string {
 }
 
 // genWidenQ2K widens Q2_K: per super-block of 256 (8 blocks of 32), block
-// 4n+j the 2-bit quants at bits 2j of bytes 16+32n.., zero-extended, and
-// for each 16-weight half its scale d·(sc&15) and -(dmin·(sc>>4)) (ds, and
-// dm at ds + 8·rows·nb: two a block), rounded as tensor's dequantiser
-// rounds them. nb counts blocks of 32.
+// 4n+j the 2-bit quants at bits 2j of bytes 16+32n.., zero-extended and
+// times their half's 4-bit scale sc&15 (at most 45), the super-block's d at
+// both halves' scales (ds), and each half's -(dmin·(sc>>4)) (dm at ds +
+// 8·rows·nb: two a block), rounded as tensor's dequantiser rounds it
+// (d·(sc&15)·q is exact in float32 either way). nb counts blocks of 32.
 func genWidenQ2K() string {
 	name := "widenQ2K_VNNI"
-	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 Q2_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes), the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h) and their mins, negated, at ds + 8·rows·nb.")
+	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 Q2_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 times their 16-weight half's scale at dst (row r, block b at (r·nb+b)·64 bytes), the super-block's d to float32 at ds (at 2·(r·nb+b)+h) and the halves' mins, negated, at ds + 8·rows·nb.")
 	dm := GP64()
 	MOVQ(rows, dm)
 	IMULQ(nb, dm)
@@ -817,9 +831,14 @@ func genWidenQ2K() string {
 	SHRQ(U8(3), nb) // super-blocks
 	m03 := YMM()
 	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
-	m15, sign := ZMM(), ZMM()
-	VMOVDQU32(avx512.constVec("dw15", 15), m15)
+	m15w, sign, halfShift := ZMM(), ZMM(), ZMM()
+	VMOVDQU32(avx512.constVec("w15", 0x000f000f), m15w)
 	VMOVDQU32(avx512.constVec("signmask", 0x80000000), sign)
+	sh := make([]uint16, 32)
+	for i := 16; i < 32; i++ {
+		sh[i] = 8 // the second half's scale is the high byte of the pair
+	}
+	VMOVDQU32(avx512.constWords("q2k_halfshift", sh), halfShift)
 	lead := widenLead(ldw, rows)
 	Label("row")
 	p := GP64()
@@ -841,14 +860,19 @@ func genWidenQ2K() string {
 			}
 			z := ZMM()
 			VPMOVZXBW(v, z)
+			// Block 4n+t's halves are sub-blocks 8n+2t and 8n+2t+1: their
+			// scale bytes' low nibbles, a word in each lane of its half.
+			scw := ZMM()
+			VPBROADCASTW(Mem{Base: p, Disp: 8*n + 2*t}, scw)
+			VPSRLVW(halfShift, scw, scw)
+			VPANDD(m15w, scw, scw)
+			VPMULLW(scw, z, z)
 			VMOVDQU32(z, Mem{Base: dst, Disp: 64 * (4*n + t)})
 		}
 	}
 	sc, mn, d, dmin := ZMM(), ZMM(), ZMM(), ZMM()
 	VPMOVZXBD(Mem{Base: p}, sc)
 	VPSRLD(U8(4), sc, mn)
-	VPANDD(m15, sc, sc)
-	VCVTDQ2PS(sc, sc)
 	VCVTDQ2PS(mn, mn)
 	g := GP32()
 	x := XMM()
@@ -860,10 +884,9 @@ func genWidenQ2K() string {
 	VMOVD(g, x)
 	VCVTPH2PS(x, x)
 	VBROADCASTSS(x, dmin)
-	VMULPS(sc, d, sc)    // d·(sc&15)
 	VMULPS(mn, dmin, mn) // dmin·(sc>>4)
 	VPXORD(sign, mn, mn) // negated
-	VMOVUPS(sc, Mem{Base: ds})
+	VMOVUPS(d, Mem{Base: ds})
 	VMOVUPS(mn, Mem{Base: dm})
 	widenNextSuperBlock(j, []Register{p, dst, ds, dm}, []int{84, 8 * 64, 64, 64})
 	widenNextRow(w, ldw, rows)
