@@ -117,7 +117,7 @@ const (
 	fkQ6_K // with a scale per 16 weights (fastHKernel)
 	fkIQ4_XS
 	fkQ3_K // with a scale per 16 weights
-	fkQ2_K // with a scale and a min per 16 weights (fastHMKernel)
+	fkQ2_K // a min per 16 weights, each 16 widened times its scale (fastHMKernel)
 	numFK
 )
 
