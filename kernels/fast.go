@@ -893,13 +893,14 @@ var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
 func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bool, nb int, xa []byte, ldx, rows, v int) {
 	parts, per := 1, 32 // weights a scale
 	minParts := 1       // mins a block
+	slots := 1          // ds and dm entries a block
 	switch {
 	case halves && dm != nil:
 		// Q2_K: one sum and one scale a block (ds[2b], the weights carry
 		// their scale per 16), a min per 16.
-		minParts = 2
+		minParts, slots = 2, 2
 	case halves:
-		parts, per = 2, 16
+		parts, per, slots = 2, 16, 2
 	}
 	for r := 0; r < rows; r++ {
 		for j := 0; j < v; j++ {
@@ -916,7 +917,7 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 							x := int16(uint16(xb[o]) | uint16(xb[o+1])<<8)
 							s += int32(w) * int32(x)
 						}
-						i := (r*nb+b)*max(parts, minParts) + h
+						i := (r*nb+b)*slots + h
 						c := float32(ds[i] * getF32(xb[fastDX+4*l:]))
 						acc = fma32(float32(s), c, acc)
 						if dm == nil {

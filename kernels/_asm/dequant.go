@@ -90,7 +90,7 @@ type dq struct {
 	three    VecVirtual // Q2_K on zmm: a vector of 3s, or nil
 	iota     VecVirtual // Q4_K on zmm: the levels 0..15 as float32 (newIota), or nil
 	// scaled: the block's scales are in the stack area already (a fused
-	// Q4_K kernel makes them a block ahead, genFused).
+	// kernel of a scalesAhead kind makes them a block ahead, genFused).
 	scaled bool
 }
 
@@ -442,11 +442,9 @@ func words(w [4]Register) VecVirtual {
 }
 
 // q45KScales stores the float32 scales (d·sc[s]) and mins (dmin·m[s]) of
-// the Q4_K/Q5_K block off bytes past the current one at area, the stack
-// area q45K reads them from.
-func (g *dq) q45KScales(off int, area Mem) {
-	defer func(m Mem) { g.local = m }(g.local)
-	g.local = area
+// the Q4_K/Q5_K block off bytes past the current one in the stack area,
+// where q45K reads them.
+func (g *dq) q45KScales(off int) {
 	// ggml's unpacking of the 12 bytes at 4 into the scales (u0, u2) and
 	// the mins (u1, u3), as its AVX2 dot product does.
 	u0, u1, u2, u3, t := GP32(), GP32(), GP32(), GP32(), GP32()
@@ -489,11 +487,13 @@ func scalesAhead(a arch, k dqkind) bool {
 // blockScales stores the scales of the block off bytes past the current
 // one at area, where block reads them once g.scaled is set.
 func (g *dq) blockScales(k dqkind, off int, area Mem) {
+	defer func(m Mem) { g.local = m }(g.local)
+	g.local = area
 	switch k {
 	case dQ4_K, dQ5_K:
-		g.q45KScales(off, area)
+		g.q45KScales(off)
 	case dQ3_K:
-		g.q3KScales(off, area)
+		g.q3KScales(off)
 	default:
 		panic(fmt.Sprintf("blockScales: %s", k))
 	}
@@ -505,7 +505,7 @@ func (g *dq) blockScales(k dqkind, off int, area Mem) {
 func (g *dq) q45K(five bool) {
 	a := g.a
 	if !g.scaled {
-		g.q45KScales(0, g.local)
+		g.q45KScales(0)
 	}
 	qs := 16
 	if five {
@@ -819,51 +819,8 @@ func (g *dq) q2K() {
 // low pair minus 4 unless the high bit is set.
 func (g *dq) q3K() {
 	if !g.scaled {
-		g.q3KScales(0, g.local)
+		g.q3KScales(0)
 	}
-	g.q3KBody()
-}
-
-// q3KScales stores the float32 scales d·(sc-32) of the 16 sub-blocks of
-// the Q3_K block off bytes past the current one at area, the stack area
-// q3K reads them from.
-func (g *dq) q3KScales(off int, area Mem) {
-	defer func(m Mem) { g.local = m }(g.local)
-	g.local = area
-	a := g.a
-	a0, a1, tmp := GP32(), GP32(), GP32()
-	MOVL(g.at(off+96), a0)
-	MOVL(g.at(off+100), a1)
-	MOVL(g.at(off+104), tmp)
-	x := XMM()
-	for i := 0; i < 4; i++ {
-		// Word i: low nibbles of a0 or a1 (shifted by 4 for i ≥ 2), top
-		// bits from tmp >> 2i; inserted at once, so that few general
-		// registers are live (a fused kernel holds many).
-		r, t := GP32(), GP32()
-		MOVL([2]Register{a0, a1}[i%2], r)
-		if i >= 2 {
-			SHRL(U8(4), r)
-		}
-		ANDL(U32(0x0f0f0f0f), r)
-		MOVL(tmp, t)
-		if i > 0 {
-			SHRL(U8(2*i), t)
-		}
-		ANDL(U32(0x03030303), t)
-		SHLL(U8(4), t)
-		ORL(t, r)
-		if i == 0 {
-			VMOVD(r, x)
-		} else {
-			VPINSRD(U8(i), r, x, x)
-		}
-	}
-	g.scalesTo(x, 16, 32, a.q8Scale(g.at(off+108)), 0)
-}
-
-// q3KBody is the part of q3K after its scales.
-func (g *dq) q3KBody() {
 	a := g.a
 	var q3q, q3h [2]VecVirtual // zmm: the low pairs and high bits in use
 	for c := 0; c < 16; c++ {
@@ -903,6 +860,42 @@ func (g *dq) q3KBody() {
 			g.emit(g.sub(4, q), g.bcast(g.loc(4*c)), nil, false, 16*c+l0)
 		}
 	}
+}
+
+// q3KScales stores the float32 scales d·(sc-32) of the 16 sub-blocks of
+// the Q3_K block off bytes past the current one in the stack area, where
+// q3K reads them.
+func (g *dq) q3KScales(off int) {
+	a := g.a
+	a0, a1, tmp := GP32(), GP32(), GP32()
+	MOVL(g.at(off+96), a0)
+	MOVL(g.at(off+100), a1)
+	MOVL(g.at(off+104), tmp)
+	x := XMM()
+	for i := 0; i < 4; i++ {
+		// Word i: low nibbles of a0 or a1 (shifted by 4 for i ≥ 2), top
+		// bits from tmp >> 2i; inserted at once, so that few general
+		// registers are live (a fused kernel holds many).
+		r, t := GP32(), GP32()
+		MOVL([2]Register{a0, a1}[i%2], r)
+		if i >= 2 {
+			SHRL(U8(4), r)
+		}
+		ANDL(U32(0x0f0f0f0f), r)
+		MOVL(tmp, t)
+		if i > 0 {
+			SHRL(U8(2*i), t)
+		}
+		ANDL(U32(0x03030303), t)
+		SHLL(U8(4), t)
+		ORL(t, r)
+		if i == 0 {
+			VMOVD(r, x)
+		} else {
+			VPINSRD(U8(i), r, x, x)
+		}
+	}
+	g.scalesTo(x, 16, 32, a.q8Scale(g.at(off+108)), 0)
 }
 
 // iq4 decodes 16 bytes of level nibbles at off into 32 elements from out

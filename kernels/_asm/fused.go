@@ -199,8 +199,8 @@ func genFused(a arch, k dqkind, R, T int) {
 		a.reduceAdd(acc, out, nil)
 	}
 	// The K-quants' scales (scalesAhead) are made a block ahead into the
-	// second of two stack areas, so that the latency of the next block's is hidden
-	// behind this block's products.
+	// second of two stack areas, so that the latency of the next block's
+	// is hidden behind this block's products.
 	ahead := scalesAhead(a, k)
 	var local Mem
 	switch {
