@@ -43,4 +43,30 @@ func init() {
 		}
 	}
 	active = levels[len(levels)-1]
+	fusedPastN = l1dBytes() < 48<<10
+}
+
+// l1dBytes is the size of one core's L1 data cache from cpuid (AMD's leaf
+// 0x80000005, else the deterministic cache parameters of leaf 4), or 0
+// where neither says.
+func l1dBytes() int {
+	if max, _, _, _ := cpuid(0x80000000, 0); max >= 0x80000005 {
+		if _, _, c, _ := cpuid(0x80000005, 0); c>>24 != 0 {
+			return int(c>>24) << 10
+		}
+	}
+	if max, _, _, _ := cpuid(0, 0); max >= 4 {
+		for sub := uint32(0); sub < 8; sub++ {
+			a, b, c, _ := cpuid(4, sub)
+			switch a & 31 {
+			case 0:
+				return 0
+			case 1: // data
+				if (a>>5)&7 == 1 {
+					return int((b>>22+1)*((b>>12)&0x3ff+1)*(b&0xfff+1)) * int(c+1)
+				}
+			}
+		}
+	}
+	return 0
 }

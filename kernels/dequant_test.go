@@ -211,6 +211,8 @@ var fusedTypes = []tensor.DType{tensor.Q4_K, tensor.Q6_K, tensor.Q4_0, tensor.Q5
 // and 32768 among them), a 4-row tile and the single rows after it, and any
 // split of the rows.
 func TestFusedEqualsTwoPass(t *testing.T) {
+	defer func(v bool) { fusedPastN = v }(fusedPastN)
+	fusedPastN = true // past N too, whatever this CPU's L1
 	forLevels(t, func(t *testing.T) {
 		ks := active
 		if ks == nil {
@@ -239,7 +241,16 @@ func TestFusedEqualsTwoPass(t *testing.T) {
 				}
 				m := randBlockMat(t, rng, dt, out, in)
 				ref := f32OfDecoded(t, &m)
+				ns := []int{}
 				for n := 1; n <= fam.N; n++ { // past T, in groups of tiles
+					ns = append(ns, n)
+				}
+				// Past N in chunks of spans, past tokenGroup in groups.
+				ns = append(ns, fam.N+1)
+				if in < 32768 {
+					ns = append(ns, 37, 2*tokenGroup(fam.T)+5)
+				}
+				for _, n := range ns {
 					x := randInputs(rng, n, in)
 					want := make([]float32, n*out)
 					MatMul(want, x, n, &ref)

@@ -282,16 +282,17 @@ func hasDotKernels(t tensor.DType) bool {
 // tokens. The spans are those of the fixed grid, so the product has exactly
 // the bits of the F32 matrix of the dequantised weights, for any n.
 //
-// Decode (n ≤ N) of the types with fused kernels multiplies the blocks
-// without the scratch (fusedDecode), with the same bits.
+// The types with fused kernels multiply the blocks without the scratch
+// (fusedMatMul), with the same bits, up to N tokens, and past N too where
+// fusedPastN and fusesPastN say so.
 func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	In, Out := m.In, m.Out
 	rb := m.stride()
 	for t := 0; t < n; t++ {
 		clear(dst[t*Out+lo : t*Out+hi])
 	}
-	if ff := ks.fusedFamily(m.Type); ff != nil && n <= ff.N && In%ff.E == 0 && !noFused {
-		fusedDecode(dst, x, n, m, lo, hi, ff, rb)
+	if ff := ks.fusedFamily(m.Type); ff != nil && In%ff.E == 0 && !noFused && (n <= ff.N || fusedPastN && fusesPastN(m.Type)) {
+		fusedMatMul(dst, x, n, m, lo, hi, ff, rb)
 		return
 	}
 	ks.dequantTwoPass(dst, x, n, m, lo, hi)
@@ -300,6 +301,23 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 // noFused turns the fused kernels off, for tests comparing them with the
 // two-pass path.
 var noFused bool
+
+// fusedPastN makes the fused kernels take products of more than N tokens
+// too (fusesPastN's types), on CPUs whose L1 data cache is under 48 KiB:
+// there the two-pass path's float32 span of a tile (4 rows × dotSpan, 32
+// KiB) fills L1 and the tokens' activations evict it. With 48 KiB (Zen 5,
+// Intel since Ice Lake) the two-pass path measured faster past N. Set at
+// start-up.
+var fusedPastN bool
+
+// fusesPastN reports whether t's fused kernels beat the two-pass path past
+// N tokens where fusedPastN holds (Zen 4, bench/README.md): not Q5_K (0.7×
+// on 6144×6144, a Q4_K_M file's attn_output) nor the codebook i-quants,
+// whose grid lookups cost more a weight than a tile's float32 span costs
+// once for many tokens (0.4–0.5×).
+func fusesPastN(t tensor.DType) bool {
+	return t != tensor.Q5_K && codebookFactor(t) == 0
+}
 
 // fusedFamily returns the fused kernels of t, or nil.
 func (ks *kernelSet) fusedFamily(t tensor.DType) *dotFamily {
@@ -310,19 +328,35 @@ func (ks *kernelSet) fusedFamily(t tensor.DType) *dotFamily {
 	return &ks.fused[k]
 }
 
-// fusedDecode is dequantMatMul for a decode step with t's fused kernels:
-// one call a tile of rows, each row front to back, the kernels counting
-// the spans; the rows past the last whole tile one by one, as the
-// two-pass path takes them. More than T tokens go in balanced groups (5 as
-// 2 and 3), each group's call right after the last on the same rows, which
-// are then in L1 (L2 for Grok-1's long ffn_down rows). A token's sums do
-// not depend on its group. Validate checked that every row is In/E whole
-// blocks.
-func fusedDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
+// fusedMatMul is dequantMatMul with t's fused kernels. Up to N tokens
+// (decode, batched decode) each tile of rows is read front to back, one
+// call a tile, the kernels counting the spans; more tokens go in groups of
+// tokenGroup, each over chunks of whole spans whose activations stay in L2
+// (chunk), every tile of rows through a chunk for all the group's tokens
+// while its blocks stay in L1: each row then leaves memory once per group,
+// where the two-pass path's float32 span of a tile (32 KiB) would crowd the
+// activations out of L1. Within a call the tokens go in balanced groups of
+// at most T (5 as 2 and 3), each group's call right after the last on the
+// same rows; the rows past the last whole tile go one by one, as the
+// two-pass path takes them. Every chunk starts on the dotSpan grid and each
+// output gets its spans in order, so a token's sums depend neither on its
+// group nor on n. Validate checked that every row is In/E whole blocks.
+func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb int) {
+	if g := tokenGroup(fam.T); n > fam.N && n > g {
+		for t0 := 0; t0 < n; t0 += g {
+			fusedMatMul(dst[t0*m.Out:], x[t0*m.In:], min(g, n-t0), m, lo, hi, fam, rb)
+		}
+		return
+	}
 	In, Out := m.In, m.Out
-	steps := In / fam.E
+	c := In
+	if n > fam.N {
+		c = chunk(n, In, 4, dotSpan)
+	}
 	groups := (n + fam.T - 1) / fam.T
-	tile := func(kerns []dotKernel, r0, R int) {
+	tile := func(kerns []dotKernel, k0, k1, r0, R int) {
+		steps := (k1 - k0) / fam.E
+		wo := weightOffset(m.Type, k0)
 		for g, t0 := 0, 0; g < groups; g++ {
 			c := (n - t0) / (groups - g)
 			kr := R // the rows of a call
@@ -330,17 +364,20 @@ func fusedDecode(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 				kr = fam.rows[c-1]
 			}
 			for r := r0; r < r0+R; r += kr {
-				kerns[c-1].call(&m.Data[r*rb], rb, &x[t0*In], 4*In, steps, &dst[t0*Out+r], 4*Out, nil)
+				kerns[c-1].call(&m.Data[r*rb+wo], rb, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r], 4*Out, nil)
 			}
 			t0 += c
 		}
 	}
-	r0 := lo
-	for ; r0+fam.R <= hi; r0 += fam.R {
-		tile(fam.full, r0, fam.R)
-	}
-	for ; r0 < hi; r0++ {
-		tile(fam.one, r0, 1)
+	for k0 := 0; k0 < In; k0 += c {
+		k1 := min(k0+c, In)
+		r0 := lo
+		for ; r0+fam.R <= hi; r0 += fam.R {
+			tile(fam.full, k0, k1, r0, fam.R)
+		}
+		for ; r0 < hi; r0++ {
+			tile(fam.one, k0, k1, r0, 1)
+		}
 	}
 }
 
