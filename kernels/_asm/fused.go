@@ -124,7 +124,10 @@ func fusedRows(a arch, k dqkind, R, T int) int {
 // prefetches follow the order the tiles consume the matrix whatever its
 // row length. A fixed distance within the address space instead fell in
 // rows already being read (rows longer than the distance but not four
-// times it) or too few bytes ahead (short rows). Figures: bench/README.md.
+// times it) or too few bytes ahead (short rows). The lines go to L2: into
+// L1 (PREFETCHT0), 4 rows' leads crowded Zen 4's 32 KiB out of what the
+// kernel still reads (Q4_K_M decode 0.86×; no change on Zen 5). Figures:
+// bench/README.md.
 const fusedLead = 16384
 
 func fusedShape(a arch) dotShape { return dotShapes(a, wF32) }
@@ -263,7 +266,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	}
 	for r := 0; r < R; r++ {
 		for off := 0; off < bytes; off += 64 {
-			PREFETCHT0(pfStep.at(r, off))
+			PREFETCHT1(pfStep.at(r, off))
 		}
 	}
 	if ahead {
