@@ -311,10 +311,10 @@ var noFused bool
 var fusedPastN bool
 
 // fusesPastN reports whether t's fused kernels beat the two-pass path past
-// N tokens where fusedPastN holds (Zen 4, bench/README.md): not Q5_K (0.7×
-// on 6144×6144, a Q4_K_M file's attn_output) nor the codebook i-quants,
-// whose grid lookups cost more a weight than a tile's float32 span costs
-// once for many tokens (0.4–0.5×).
+// N tokens where fusedPastN holds: not Q5_K (slower on 6144×6144, a Q4_K_M
+// file's attn_output) nor the codebook i-quants, whose grid lookups cost
+// more a weight than a tile's float32 span costs once for many tokens
+// (figures: bench/README.md).
 func fusesPastN(t tensor.DType) bool {
 	return t != tensor.Q5_K && codebookFactor(t) == 0
 }
@@ -349,12 +349,16 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 		return
 	}
 	In, Out := m.In, m.Out
-	c := In
+	kc := In
 	if n > fam.N {
-		c = chunk(n, In, 4, dotSpan)
+		kc = chunk(n, In, 4, dotSpan)
 	}
 	groups := (n + fam.T - 1) / fam.T
-	tile := func(kerns []dotKernel, k0, k1, r0, R int) {
+	forTiles(n, fam.T, lo, hi, fam.R, 1, In, kc, func(_, k0, k1, r0, R int) {
+		kerns := fam.full
+		if R < fam.R {
+			kerns = fam.one
+		}
 		steps := (k1 - k0) / fam.E
 		wo := weightOffset(m.Type, k0)
 		for g, t0 := 0, 0; g < groups; g++ {
@@ -368,17 +372,7 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 			}
 			t0 += c
 		}
-	}
-	for k0 := 0; k0 < In; k0 += c {
-		k1 := min(k0+c, In)
-		r0 := lo
-		for ; r0+fam.R <= hi; r0 += fam.R {
-			tile(fam.full, k0, k1, r0, fam.R)
-		}
-		for ; r0 < hi; r0++ {
-			tile(fam.one, k0, k1, r0, 1)
-		}
-	}
+	})
 }
 
 // dequantTwoPass is dequantMatMul through float32 scratch (dst cleared).

@@ -150,8 +150,7 @@ func genDot(a arch, k wkind, R, T int) {
 // prefetchNextRows prefetches this step's lines of the R rows after the
 // tile's (where the next call starts; prefetchRows) into L2: a tile ahead is
 // 4 rows of 6144 F16 weights, 48 KiB, which a 32 KiB L1 (Zen 4) does not
-// hold until the next call (PREFETCHT0 there: medium Q8_0 decode 0.7×,
-// bench/README.md).
+// hold until the next call (figures: bench/README.md).
 func (a arch) prefetchNextRows(k wkind, w *strided, R int) {
 	for r := 0; r < R; r++ {
 		for off := 0; off < dotStepBytes(a, k); off += 64 {

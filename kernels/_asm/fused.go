@@ -126,8 +126,7 @@ func fusedRows(a arch, k dqkind, R, T int) int {
 // rows already being read (rows longer than the distance but not four
 // times it) or too few bytes ahead (short rows). The lines go to L2: into
 // L1 (PREFETCHT0), 4 rows' leads crowded Zen 4's 32 KiB out of what the
-// kernel still reads (Q4_K_M decode 0.86×; no change on Zen 5). Figures:
-// bench/README.md.
+// kernel still reads. Figures: bench/README.md.
 const fusedLead = 16384
 
 func fusedShape(a arch) dotShape { return dotShapes(a, wF32) }
