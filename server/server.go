@@ -287,8 +287,10 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, load func() (Model, e
 	}
 	// The listener stays open while the drain lasts: a client that comes
 	// now gets a 503 it can act on rather than a refused connection.
-	s.Drain()
+	// Keep-alives go off first, so that every 503 of the drain says
+	// Connection: close.
 	hs.SetKeepAlivesEnabled(false)
+	s.Drain()
 	if err == nil {
 		s.log.Info("shutting down: waiting for requests in flight", "timeout", s.opts.ShutdownTimeout)
 	}
