@@ -13,10 +13,12 @@ import (
 // readMeter measures the memory bandwidth of the pool's threads on a
 // buffer far beyond the last-level cache, three ways in the same run:
 //
-//   - read: each thread streams its range as several interleaved streams
-//     with the widest loads the kernels have (kernels.Dot), and, as a
-//     cross-check, with a scalar loop of eight independent sums; the
-//     better of the two is the roofline decode is judged against;
+//   - read: each thread streams its range three ways: as several
+//     interleaved streams with the widest loads the kernels have
+//     (kernels.Dot); as the rows of an F32 matrix times a vector, the
+//     one-token product's own loads (several rows at once, the next ones
+//     prefetched); and with a scalar loop of eight independent sums. The
+//     best of the three is the roofline decode is judged against;
 //   - copy: copy() (the runtime's memmove) from one half to the other,
 //     bytes read plus bytes written, as STREAM counts them;
 //   - triad: y += a·x (kernels.Axpy), two reads and a write per element.
@@ -29,12 +31,13 @@ type readMeter struct {
 	buf  []float32 // all ones, so that every loop's result can be checked
 
 	wide   wideTask
+	rows   rowsTask
 	scalar readTask
 	copyT  copyTask
 	triad  triadTask
 
-	bestGBs, scalarGBs, wideGBs, copyGBs, triadGBs float64
-	broken                                         bool // a loop's result came out wrong
+	bestGBs, scalarGBs, wideGBs, rowsGBs, copyGBs, triadGBs float64
+	broken                                                  bool // a loop's result came out wrong
 }
 
 // readStreams is how many interleaved streams each thread reads: enough
@@ -52,6 +55,7 @@ func newReadMeter(pool *parallel.Pool, bytes int) *readMeter {
 	}
 	th := pool.Threads()
 	m.wide = wideTask{buf: m.buf, sums: make([]float64, 8*th)}
+	m.rows = rowsTask{m: kernels.F32Mat(m.buf, len(m.buf)/readPiece, readPiece, false), x: m.buf[:readPiece], dst: make([]float32, len(m.buf)/readPiece)}
 	m.scalar = readTask{buf: unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(m.buf))), len(m.buf)/2), sums: make([]uint64, 8*th)}
 	half := len(m.buf) / 2 / readPiece * readPiece
 	m.copyT = copyTask{dst: m.buf[:half], src: m.buf[half : 2*half]}
@@ -83,6 +87,16 @@ func (m *readMeter) best(passes int) float64 {
 	for _, s := range m.wide.sums {
 		ws += s
 	}
+	rows := timeBest(passes, func() {
+		clear(m.rows.dst) // so that a range the pool lost shows
+		m.pool.Run(len(m.rows.dst), 4, &m.rows)
+	})
+	for _, v := range m.rows.dst {
+		if v != readPiece {
+			m.broken = true
+			return 0
+		}
+	}
 	clear(m.scalar.sums)
 	scalar := timeBest(passes, func() { m.pool.Run(len(m.scalar.buf), 1024, &m.scalar) })
 	var ss uint64
@@ -96,9 +110,10 @@ func (m *readMeter) best(passes int) float64 {
 	}
 	w := float64(4*n) / wide.Seconds() / 1e9
 	s := float64(4*n) / scalar.Seconds() / 1e9
-	m.wideGBs, m.scalarGBs = max(m.wideGBs, w), max(m.scalarGBs, s)
-	m.bestGBs = max(m.bestGBs, w, s)
-	return max(w, s)
+	r := float64(4*n) / rows.Seconds() / 1e9
+	m.wideGBs, m.scalarGBs, m.rowsGBs = max(m.wideGBs, w), max(m.scalarGBs, s), max(m.rowsGBs, r)
+	m.bestGBs = max(m.bestGBs, w, s, r)
+	return max(w, s, r)
 }
 
 // crossCheck measures copy and triad, best of passes each. They write the
@@ -147,6 +162,16 @@ func (t *wideTask) Run(worker, lo, hi int) {
 	}
 	t.sums[worker*8] += s
 }
+
+// rowsTask multiplies rows [lo, hi) of the buffer, viewed as an F32 matrix
+// of readPiece columns, by a vector of ones: the one-token product's own
+// access pattern (several rows at once, the next ones prefetched).
+type rowsTask struct {
+	m      kernels.Mat
+	x, dst []float32
+}
+
+func (t *rowsTask) Run(_, lo, hi int) { kernels.MatMulRows(t.dst, t.x, 1, &t.m, lo, hi) }
 
 // readTask sums a buffer of words on the pool with scalar loads.
 type readTask struct {

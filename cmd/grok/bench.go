@@ -104,6 +104,7 @@ type benchResult struct {
 	// pass is BandwidthGBs, and copy and triad in STREAM's byte counts.
 	ReadWideGBs   float64 `json:"read_wide_gb_s"`
 	ReadScalarGBs float64 `json:"read_scalar_gb_s"`
+	ReadRowsGBs   float64 `json:"read_rows_gb_s"`
 	CopyGBs       float64 `json:"copy_gb_s"`
 	TriadGBs      float64 `json:"triad_gb_s"`
 	RooflineRatio float64 `json:"roofline_ratio"` // achieved / bandwidth
@@ -439,7 +440,8 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		return errors.New("bench: the bandwidth probe's sums came out wrong (a lost range in the pool)")
 	}
 	res.BandwidthGBs = meter.bestGBs
-	res.ReadWideGBs, res.ReadScalarGBs, res.CopyGBs, res.TriadGBs = meter.wideGBs, meter.scalarGBs, meter.copyGBs, meter.triadGBs
+	res.ReadWideGBs, res.ReadRowsGBs, res.ReadScalarGBs = meter.wideGBs, meter.rowsGBs, meter.scalarGBs
+	res.CopyGBs, res.TriadGBs = meter.copyGBs, meter.triadGBs
 	meter.free()
 	if o.mapped {
 		res.WeightsReadGBs = weightsReadGBs(pool, m.GGUF)
@@ -615,8 +617,8 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 				r.KernelBoundTokS, strings.Join(ts, ", "), r.KernelBoundRatio)
 		}
 	}
-	fmt.Fprintf(w, "memory    read %.2f GB/s wide (%d streams a thread), %.2f scalar; copy %.2f, triad %.2f GB/s (STREAM's byte counts)\n",
-		r.ReadWideGBs, readStreams, r.ReadScalarGBs, r.CopyGBs, r.TriadGBs)
+	fmt.Fprintf(w, "memory    read %.2f GB/s wide (%d streams a thread), %.2f as matrix rows, %.2f scalar; copy %.2f, triad %.2f GB/s (STREAM's byte counts)\n",
+		r.ReadWideGBs, readStreams, r.ReadRowsGBs, r.ReadScalarGBs, r.CopyGBs, r.TriadGBs)
 	if r.WeightsReadGBs > 0 {
 		fmt.Fprintf(w, "weights   the same read loop over the mapped tensors: %.2f GB/s (%.2f of the buffer's)\n", r.WeightsReadGBs, r.WeightsReadGBs/r.BandwidthGBs)
 		// Only weights far beyond the caches measure the memory; small

@@ -239,8 +239,8 @@ func TestReadMeter(t *testing.T) {
 		if g := m.best(1); g <= 0 || m.broken {
 			t.Errorf("%d threads: after copy and triad the read sums are wrong", threads)
 		}
-		if m.bestGBs != max(m.wideGBs, m.scalarGBs) {
-			t.Errorf("best %g is not the better loop's (%g, %g)", m.bestGBs, m.wideGBs, m.scalarGBs)
+		if m.rowsGBs <= 0 || m.bestGBs != max(m.wideGBs, m.rowsGBs, m.scalarGBs) {
+			t.Errorf("best %g is not the best loop's (%g, %g, %g)", m.bestGBs, m.wideGBs, m.rowsGBs, m.scalarGBs)
 		}
 		m.free()
 		pool.Close()
