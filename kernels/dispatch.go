@@ -183,6 +183,7 @@ type dotFamily struct {
 	R, T, N, E int
 	full, one  []dotKernel
 	rows       []int
+	pre        dotKernel // full[T-1] without the next rows' prefetch, for a prefill's full tiles (zero: none)
 }
 
 // An intFamily is like dotFamily with B blocks of 32 weights a step.

@@ -167,10 +167,6 @@ func (ks *kernelSet) dotAdd(dst []float32, ldo int, x []float32, ldx, n int, m *
 		k0, k1 := s*seg+c0, s*seg+c1
 		steps := (k1 - k0) / fam.E
 		kt := k0 + steps*fam.E
-		kern := fam.full
-		if R < fam.R {
-			kern = fam.one
-		}
 		for r := 0; r < R && kt < k1; r++ {
 			row := m.Data[(r0+r)*rb:]
 			if err := tensor.DecodeRow(tail[r][:k1-kt], m.Type, row[weightOffset(m.Type, kt):]); err != nil {
@@ -184,7 +180,7 @@ func (ks *kernelSet) dotAdd(dst []float32, ldo int, x []float32, ldx, n int, m *
 		}
 		for t0 := 0; t0 < n; t0 += fam.T {
 			T := min(fam.T, n-t0)
-			kern[T-1].callGrid(wp, rb, &x[t0*ldx+k0], 4*ldx, steps, &dst[t0*ldo+r0], 4*ldo, sc, fam.E, wstep)
+			fam.tile(n, R, T).callGrid(wp, rb, &x[t0*ldx+k0], 4*ldx, steps, &dst[t0*ldo+r0], 4*ldo, sc, fam.E, wstep)
 			for t := 0; t < T && kt < k1; t++ {
 				xt := x[(t0+t)*ldx+kt : (t0+t)*ldx+k1]
 				for r := 0; r < R; r++ {
@@ -197,6 +193,19 @@ func (ks *kernelSet) dotAdd(dst []float32, ldo int, x []float32, ldx, n int, m *
 			}
 		}
 	})
+}
+
+// tile returns the kernel for a tile of R rows (fam.R or 1) and T tokens
+// of a product of n tokens: a prefill's full tiles take the kernel without
+// the next rows' prefetch (pre), the others full or one.
+func (fam *dotFamily) tile(n, R, T int) dotKernel {
+	switch {
+	case R < fam.R:
+		return fam.one[T-1]
+	case n > fam.T && T == fam.T && fam.pre != 0:
+		return fam.pre
+	}
+	return fam.full[T-1]
 }
 
 // dotDecode is dotMatMul for a decode step: at most T tokens, one chunk, no
@@ -392,15 +401,11 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 		}
 		steps := kc / fam.E
 		kt := k0 + steps*fam.E
-		kern := fam.full
-		if R < fam.R {
-			kern = fam.one
-		}
 		wb := (*byte)(unsafe.Pointer(&w[0]))
 		for t0 := 0; t0 < n; t0 += fam.T {
 			T := min(fam.T, n-t0)
 			if steps > 0 {
-				kern[T-1].call(wb, 4*kc, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, nil)
+				fam.tile(n, R, T).call(wb, 4*kc, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, nil)
 			}
 			for t := 0; t < T && kt < k1; t++ {
 				xt := x[(t0+t)*In+kt : (t0+t)*In+k1]

@@ -61,7 +61,7 @@ func TestKernelsStayInBounds(t *testing.T) {
 		forLevels(t, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 7))
 			for _, c := range cases {
-				for n := 1; n <= 3; n++ {
+				for _, n := range []int{1, 2, 3, 13} { // 13: past every T, so a prefill's full tiles (pre) run too
 					t.Run(fmt.Sprintf("exact=%v/%v-inOut=%v-%dx%d-n=%d", exact, c.dt, c.inOut, c.out, c.in, n), func(t *testing.T) {
 						tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, max(c.shards, 1), 0)
 						data, free := guarded(t, tm.m.Data)

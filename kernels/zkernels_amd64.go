@@ -32,6 +32,11 @@ func dotF32_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32,
 //go:noescape
 func dotF32_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// dotF32_4x2p_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotF32_4x2p_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // dotF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
@@ -51,6 +56,11 @@ func dotF16_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32,
 //
 //go:noescape
 func dotF16_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// dotF16_4x2p_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotF16_4x2p_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // dotBF16_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
@@ -72,6 +82,11 @@ func dotBF16_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32
 //go:noescape
 func dotBF16_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// dotBF16_4x2p_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotBF16_4x2p_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // dotI8_4x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
@@ -91,6 +106,11 @@ func dotI8_4x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, 
 //
 //go:noescape
 func dotI8_1x2_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// dotI8_4x2p_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotI8_4x2p_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // dotQ8_2x1_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
@@ -121,6 +141,11 @@ func dotQ8_2x3_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, 
 //
 //go:noescape
 func dotQ8_1x3_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// dotQ8_2x3p_AVX2 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotQ8_2x3p_AVX2(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // intQ8_2x1_AVX2 adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 1 blocks, span by span of 64 blocks, to out[t][r] for 2 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //
@@ -830,6 +855,11 @@ func dotF32_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float3
 //go:noescape
 func dotF32_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// dotF32_4x6p_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 16 elements, span by span of 2048 elements, to out[t][r] for 4 F32 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotF32_4x6p_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // dotF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
@@ -889,6 +919,11 @@ func dotF16_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float3
 //
 //go:noescape
 func dotF16_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// dotF16_4x6p_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotF16_4x6p_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // dotBF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
@@ -950,6 +985,11 @@ func dotBF16_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float
 //go:noescape
 func dotBF16_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// dotBF16_4x6p_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 BF16 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotBF16_4x6p_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // dotI8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
@@ -1010,6 +1050,11 @@ func dotI8_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32
 //go:noescape
 func dotI8_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// dotI8_4x6p_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 I8 weight rows (stride ldw bytes), 6 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotI8_4x6p_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // dotQ8_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape
@@ -1059,6 +1104,11 @@ func dotQ8_4x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32
 //
 //go:noescape
 func dotQ8_1x5_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// dotQ8_4x5p_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 64 elements, span by span of 2048 elements, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 5 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
+//
+//go:noescape
+func dotQ8_4x5p_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // intQ8_4x1_VNNI adds Σ_blocks dx[t][b]·dw[r][b]·Σ_j W[r][b][j]·xq[t][b][j] over n steps of 2 blocks, span by span of 64 blocks, to out[t][r] for 4 Q8 weight rows (stride ldw bytes), 1 quantised token vectors (xq, dx and cr with stride ldx bytes; cr is used by VNNI only) and output rows of stride ldo bytes (I8: times scale[r]; Q8 ignores scale).
 //

@@ -290,24 +290,29 @@ const (
 	k_dotF32_1x1_AVX2
 	k_dotF32_4x2_AVX2
 	k_dotF32_1x2_AVX2
+	k_dotF32_4x2p_AVX2
 	k_dotF16_4x1_AVX2
 	k_dotF16_1x1_AVX2
 	k_dotF16_4x2_AVX2
 	k_dotF16_1x2_AVX2
+	k_dotF16_4x2p_AVX2
 	k_dotBF16_4x1_AVX2
 	k_dotBF16_1x1_AVX2
 	k_dotBF16_4x2_AVX2
 	k_dotBF16_1x2_AVX2
+	k_dotBF16_4x2p_AVX2
 	k_dotI8_4x1_AVX2
 	k_dotI8_1x1_AVX2
 	k_dotI8_4x2_AVX2
 	k_dotI8_1x2_AVX2
+	k_dotI8_4x2p_AVX2
 	k_dotQ8_2x1_AVX2
 	k_dotQ8_1x1_AVX2
 	k_dotQ8_2x2_AVX2
 	k_dotQ8_1x2_AVX2
 	k_dotQ8_2x3_AVX2
 	k_dotQ8_1x3_AVX2
+	k_dotQ8_2x3p_AVX2
 	k_fusedQ4_0_4x1_AVX2
 	k_fusedQ4_0_1x1_AVX2
 	k_fusedQ4_0_4x2_AVX2
@@ -392,6 +397,7 @@ const (
 	k_dotF32_1x5_AVX512
 	k_dotF32_4x6_AVX512
 	k_dotF32_1x6_AVX512
+	k_dotF32_4x6p_AVX512
 	k_dotF16_4x1_AVX512
 	k_dotF16_1x1_AVX512
 	k_dotF16_4x2_AVX512
@@ -404,6 +410,7 @@ const (
 	k_dotF16_1x5_AVX512
 	k_dotF16_4x6_AVX512
 	k_dotF16_1x6_AVX512
+	k_dotF16_4x6p_AVX512
 	k_dotBF16_4x1_AVX512
 	k_dotBF16_1x1_AVX512
 	k_dotBF16_4x2_AVX512
@@ -416,6 +423,7 @@ const (
 	k_dotBF16_1x5_AVX512
 	k_dotBF16_4x6_AVX512
 	k_dotBF16_1x6_AVX512
+	k_dotBF16_4x6p_AVX512
 	k_dotI8_4x1_AVX512
 	k_dotI8_1x1_AVX512
 	k_dotI8_4x2_AVX512
@@ -428,6 +436,7 @@ const (
 	k_dotI8_1x5_AVX512
 	k_dotI8_4x6_AVX512
 	k_dotI8_1x6_AVX512
+	k_dotI8_4x6p_AVX512
 	k_dotQ8_4x1_AVX512
 	k_dotQ8_1x1_AVX512
 	k_dotQ8_4x2_AVX512
@@ -438,6 +447,7 @@ const (
 	k_dotQ8_1x4_AVX512
 	k_dotQ8_4x5_AVX512
 	k_dotQ8_1x5_AVX512
+	k_dotQ8_4x5p_AVX512
 	k_fusedQ4_0_4x1_AVX512
 	k_fusedQ4_0_1x1_AVX512
 	k_fusedQ4_0_4x2_AVX512
@@ -564,6 +574,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotF32_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF32_1x2_AVX2:
 		dotF32_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotF32_4x2p_AVX2:
+		dotF32_4x2p_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF16_4x1_AVX2:
 		dotF16_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF16_1x1_AVX2:
@@ -572,6 +584,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotF16_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF16_1x2_AVX2:
 		dotF16_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotF16_4x2p_AVX2:
+		dotF16_4x2p_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotBF16_4x1_AVX2:
 		dotBF16_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotBF16_1x1_AVX2:
@@ -580,6 +594,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotBF16_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotBF16_1x2_AVX2:
 		dotBF16_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotBF16_4x2p_AVX2:
+		dotBF16_4x2p_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotI8_4x1_AVX2:
 		dotI8_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotI8_1x1_AVX2:
@@ -588,6 +604,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotI8_4x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotI8_1x2_AVX2:
 		dotI8_1x2_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotI8_4x2p_AVX2:
+		dotI8_4x2p_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotQ8_2x1_AVX2:
 		dotQ8_2x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotQ8_1x1_AVX2:
@@ -600,6 +618,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotQ8_2x3_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotQ8_1x3_AVX2:
 		dotQ8_1x3_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotQ8_2x3p_AVX2:
+		dotQ8_2x3p_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_4x1_AVX2:
 		fusedQ4_0_4x1_AVX2(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_1x1_AVX2:
@@ -768,6 +788,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotF32_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF32_1x6_AVX512:
 		dotF32_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotF32_4x6p_AVX512:
+		dotF32_4x6p_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF16_4x1_AVX512:
 		dotF16_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF16_1x1_AVX512:
@@ -792,6 +814,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotF16_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF16_1x6_AVX512:
 		dotF16_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotF16_4x6p_AVX512:
+		dotF16_4x6p_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotBF16_4x1_AVX512:
 		dotBF16_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotBF16_1x1_AVX512:
@@ -816,6 +840,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotBF16_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotBF16_1x6_AVX512:
 		dotBF16_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotBF16_4x6p_AVX512:
+		dotBF16_4x6p_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotI8_4x1_AVX512:
 		dotI8_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotI8_1x1_AVX512:
@@ -840,6 +866,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotI8_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotI8_1x6_AVX512:
 		dotI8_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotI8_4x6p_AVX512:
+		dotI8_4x6p_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotQ8_4x1_AVX512:
 		dotQ8_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotQ8_1x1_AVX512:
@@ -860,6 +888,8 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotQ8_4x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotQ8_1x5_AVX512:
 		dotQ8_1x5_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotQ8_4x5p_AVX512:
+		dotQ8_4x5p_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_4x1_AVX512:
 		fusedQ4_0_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_1x1_AVX512:
@@ -1588,11 +1618,11 @@ const sumSpan = 2048
 const quantAVX2 = k_quantQ8_AVX2
 
 var dotAVX2 = [...]dotFamily{
-	wkF32:  {R: 4, T: 2, E: 16, full: []dotKernel{k_dotF32_4x1_AVX2, k_dotF32_4x2_AVX2}, one: []dotKernel{k_dotF32_1x1_AVX2, k_dotF32_1x2_AVX2}},
-	wkF16:  {R: 4, T: 2, E: 32, full: []dotKernel{k_dotF16_4x1_AVX2, k_dotF16_4x2_AVX2}, one: []dotKernel{k_dotF16_1x1_AVX2, k_dotF16_1x2_AVX2}},
-	wkBF16: {R: 4, T: 2, E: 32, full: []dotKernel{k_dotBF16_4x1_AVX2, k_dotBF16_4x2_AVX2}, one: []dotKernel{k_dotBF16_1x1_AVX2, k_dotBF16_1x2_AVX2}},
-	wkI8:   {R: 4, T: 2, E: 64, full: []dotKernel{k_dotI8_4x1_AVX2, k_dotI8_4x2_AVX2}, one: []dotKernel{k_dotI8_1x1_AVX2, k_dotI8_1x2_AVX2}},
-	wkQ8:   {R: 2, T: 3, E: 64, full: []dotKernel{k_dotQ8_2x1_AVX2, k_dotQ8_2x2_AVX2, k_dotQ8_2x3_AVX2}, one: []dotKernel{k_dotQ8_1x1_AVX2, k_dotQ8_1x2_AVX2, k_dotQ8_1x3_AVX2}},
+	wkF32:  {R: 4, T: 2, E: 16, full: []dotKernel{k_dotF32_4x1_AVX2, k_dotF32_4x2_AVX2}, one: []dotKernel{k_dotF32_1x1_AVX2, k_dotF32_1x2_AVX2}, pre: k_dotF32_4x2p_AVX2},
+	wkF16:  {R: 4, T: 2, E: 32, full: []dotKernel{k_dotF16_4x1_AVX2, k_dotF16_4x2_AVX2}, one: []dotKernel{k_dotF16_1x1_AVX2, k_dotF16_1x2_AVX2}, pre: k_dotF16_4x2p_AVX2},
+	wkBF16: {R: 4, T: 2, E: 32, full: []dotKernel{k_dotBF16_4x1_AVX2, k_dotBF16_4x2_AVX2}, one: []dotKernel{k_dotBF16_1x1_AVX2, k_dotBF16_1x2_AVX2}, pre: k_dotBF16_4x2p_AVX2},
+	wkI8:   {R: 4, T: 2, E: 64, full: []dotKernel{k_dotI8_4x1_AVX2, k_dotI8_4x2_AVX2}, one: []dotKernel{k_dotI8_1x1_AVX2, k_dotI8_1x2_AVX2}, pre: k_dotI8_4x2p_AVX2},
+	wkQ8:   {R: 2, T: 3, E: 64, full: []dotKernel{k_dotQ8_2x1_AVX2, k_dotQ8_2x2_AVX2, k_dotQ8_2x3_AVX2}, one: []dotKernel{k_dotQ8_1x1_AVX2, k_dotQ8_1x2_AVX2, k_dotQ8_1x3_AVX2}, pre: k_dotQ8_2x3p_AVX2},
 }
 
 var intAVX2 = [...]intFamily{
@@ -1656,11 +1686,11 @@ var fmaPeakAVX2 = fmaPeak_AVX2
 const quantAVX512 = k_quantQ8_AVX512
 
 var dotAVX512 = [...]dotFamily{
-	wkF32:  {R: 4, T: 6, E: 16, full: []dotKernel{k_dotF32_4x1_AVX512, k_dotF32_4x2_AVX512, k_dotF32_4x3_AVX512, k_dotF32_4x4_AVX512, k_dotF32_4x5_AVX512, k_dotF32_4x6_AVX512}, one: []dotKernel{k_dotF32_1x1_AVX512, k_dotF32_1x2_AVX512, k_dotF32_1x3_AVX512, k_dotF32_1x4_AVX512, k_dotF32_1x5_AVX512, k_dotF32_1x6_AVX512}},
-	wkF16:  {R: 4, T: 6, E: 32, full: []dotKernel{k_dotF16_4x1_AVX512, k_dotF16_4x2_AVX512, k_dotF16_4x3_AVX512, k_dotF16_4x4_AVX512, k_dotF16_4x5_AVX512, k_dotF16_4x6_AVX512}, one: []dotKernel{k_dotF16_1x1_AVX512, k_dotF16_1x2_AVX512, k_dotF16_1x3_AVX512, k_dotF16_1x4_AVX512, k_dotF16_1x5_AVX512, k_dotF16_1x6_AVX512}},
-	wkBF16: {R: 4, T: 6, E: 32, full: []dotKernel{k_dotBF16_4x1_AVX512, k_dotBF16_4x2_AVX512, k_dotBF16_4x3_AVX512, k_dotBF16_4x4_AVX512, k_dotBF16_4x5_AVX512, k_dotBF16_4x6_AVX512}, one: []dotKernel{k_dotBF16_1x1_AVX512, k_dotBF16_1x2_AVX512, k_dotBF16_1x3_AVX512, k_dotBF16_1x4_AVX512, k_dotBF16_1x5_AVX512, k_dotBF16_1x6_AVX512}},
-	wkI8:   {R: 4, T: 6, E: 64, full: []dotKernel{k_dotI8_4x1_AVX512, k_dotI8_4x2_AVX512, k_dotI8_4x3_AVX512, k_dotI8_4x4_AVX512, k_dotI8_4x5_AVX512, k_dotI8_4x6_AVX512}, one: []dotKernel{k_dotI8_1x1_AVX512, k_dotI8_1x2_AVX512, k_dotI8_1x3_AVX512, k_dotI8_1x4_AVX512, k_dotI8_1x5_AVX512, k_dotI8_1x6_AVX512}},
-	wkQ8:   {R: 4, T: 5, E: 64, full: []dotKernel{k_dotQ8_4x1_AVX512, k_dotQ8_4x2_AVX512, k_dotQ8_4x3_AVX512, k_dotQ8_4x4_AVX512, k_dotQ8_4x5_AVX512}, one: []dotKernel{k_dotQ8_1x1_AVX512, k_dotQ8_1x2_AVX512, k_dotQ8_1x3_AVX512, k_dotQ8_1x4_AVX512, k_dotQ8_1x5_AVX512}},
+	wkF32:  {R: 4, T: 6, E: 16, full: []dotKernel{k_dotF32_4x1_AVX512, k_dotF32_4x2_AVX512, k_dotF32_4x3_AVX512, k_dotF32_4x4_AVX512, k_dotF32_4x5_AVX512, k_dotF32_4x6_AVX512}, one: []dotKernel{k_dotF32_1x1_AVX512, k_dotF32_1x2_AVX512, k_dotF32_1x3_AVX512, k_dotF32_1x4_AVX512, k_dotF32_1x5_AVX512, k_dotF32_1x6_AVX512}, pre: k_dotF32_4x6p_AVX512},
+	wkF16:  {R: 4, T: 6, E: 32, full: []dotKernel{k_dotF16_4x1_AVX512, k_dotF16_4x2_AVX512, k_dotF16_4x3_AVX512, k_dotF16_4x4_AVX512, k_dotF16_4x5_AVX512, k_dotF16_4x6_AVX512}, one: []dotKernel{k_dotF16_1x1_AVX512, k_dotF16_1x2_AVX512, k_dotF16_1x3_AVX512, k_dotF16_1x4_AVX512, k_dotF16_1x5_AVX512, k_dotF16_1x6_AVX512}, pre: k_dotF16_4x6p_AVX512},
+	wkBF16: {R: 4, T: 6, E: 32, full: []dotKernel{k_dotBF16_4x1_AVX512, k_dotBF16_4x2_AVX512, k_dotBF16_4x3_AVX512, k_dotBF16_4x4_AVX512, k_dotBF16_4x5_AVX512, k_dotBF16_4x6_AVX512}, one: []dotKernel{k_dotBF16_1x1_AVX512, k_dotBF16_1x2_AVX512, k_dotBF16_1x3_AVX512, k_dotBF16_1x4_AVX512, k_dotBF16_1x5_AVX512, k_dotBF16_1x6_AVX512}, pre: k_dotBF16_4x6p_AVX512},
+	wkI8:   {R: 4, T: 6, E: 64, full: []dotKernel{k_dotI8_4x1_AVX512, k_dotI8_4x2_AVX512, k_dotI8_4x3_AVX512, k_dotI8_4x4_AVX512, k_dotI8_4x5_AVX512, k_dotI8_4x6_AVX512}, one: []dotKernel{k_dotI8_1x1_AVX512, k_dotI8_1x2_AVX512, k_dotI8_1x3_AVX512, k_dotI8_1x4_AVX512, k_dotI8_1x5_AVX512, k_dotI8_1x6_AVX512}, pre: k_dotI8_4x6p_AVX512},
+	wkQ8:   {R: 4, T: 5, E: 64, full: []dotKernel{k_dotQ8_4x1_AVX512, k_dotQ8_4x2_AVX512, k_dotQ8_4x3_AVX512, k_dotQ8_4x4_AVX512, k_dotQ8_4x5_AVX512}, one: []dotKernel{k_dotQ8_1x1_AVX512, k_dotQ8_1x2_AVX512, k_dotQ8_1x3_AVX512, k_dotQ8_1x4_AVX512, k_dotQ8_1x5_AVX512}, pre: k_dotQ8_4x5p_AVX512},
 }
 
 var intVNNI = [...]intFamily{

@@ -310,7 +310,8 @@ func (a arch) constWords(name string, w []uint16) Mem {
 // its own (each new 4 KiB page restarts its training). Tiles of 3 to 6
 // tokens once left it out, as prefill reuses each row for many tokens, and
 // decoded a batch of 3 to 5 tokens at half a batch of 2's rate
-// (bench/README.md).
+// (bench/README.md); a prefill's full tiles have kernels without it
+// (genDotPrefill).
 func prefetchRows(R int) int {
 	return 2 * R
 }

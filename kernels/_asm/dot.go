@@ -87,18 +87,40 @@ func dotName(a arch, k wkind, R, T int) string {
 	return fmt.Sprintf("dot%s_%dx%d_%s", k, R, T, a.name)
 }
 
+// dotPrefillName names the kernel of a prefill's full tiles: R rows, T
+// tokens, without the next rows' prefetch (genDotPrefill).
+func dotPrefillName(a arch, k wkind, R, T int) string {
+	return fmt.Sprintf("dot%s_%dx%dp_%s", k, R, T, a.name)
+}
+
+// genDotPrefill emits genDot's kernel for the full tiles of a prefill,
+// without the prefetch of the next rows: prefill reuses a tile's rows for
+// every group of tokens, so the next rows' lines would only be fetched
+// early once, and the prefetches took load slots from the products (Intel
+// Xeon: F32 and F16 products faster without; figures: bench/README.md).
+// Same arithmetic, so the same bits.
+func genDotPrefill(a arch, k wkind, R, T int) {
+	genDotNamed(a, k, R, T, dotPrefillName(a, k, R, T), false)
+}
+
 // genDot emits the dot-form kernel for R rows of W ([out][in] layout) and T
 // tokens: out[t·ldo/4+r] += Σ_{k < n·E} W[r][k]·x[t][k], E = dotStepElems,
 // summed in registers over spans of sumSpan elements from k = 0, each span's
 // sum added to out in turn. Each weight vector is loaded and converted once
 // per step and used for all T tokens; each token vector once and used for
 // all R rows.
-func genDot(a arch, k wkind, R, T int) {
-	TEXT(dotName(a, k, R, T), NOSPLIT, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
+func genDot(a arch, k wkind, R, T int) { genDotNamed(a, k, R, T, dotName(a, k, R, T), true) }
+
+func genDotNamed(a arch, k wkind, R, T int, name string, prefetch bool) {
+	TEXT(name, NOSPLIT, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n steps of %d elements, span by span of %d elements, to out[t][r] for %d %s weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).",
-		dotName(a, k, R, T), dotStepElems(a, k), sumSpan, R, k, T))
-	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), prefetchRows(R))
+		name, dotStepElems(a, k), sumSpan, R, k, T))
+	rows := R
+	if prefetch {
+		rows = prefetchRows(R)
+	}
+	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), rows)
 	x := newStrided(Load(Param("x"), GP64()), Load(Param("ldx"), GP64()), T)
 	n := Load(Param("n"), GP64())
 	out := newStrided(Load(Param("out"), GP64()), Load(Param("ldo"), GP64()), T)
@@ -106,7 +128,7 @@ func genDot(a arch, k wkind, R, T int) {
 	acc := a.newAccs(T, R)
 	span := newSpanCounter(sumSpan / dotStepElems(a, k))
 	if pipelined(a, k, R, T) {
-		genDotPipelined(a, k, w, x, n, acc, span, out)
+		genDotPipelined(a, k, w, x, n, acc, span, out, prefetch)
 		a.finish(acc, out, k == wI8)
 		return
 	}
@@ -115,7 +137,9 @@ func genDot(a arch, k wkind, R, T int) {
 	Label("loop")
 	E := dotStepElems(a, k)
 	var d []VecVirtual
-	a.prefetchNextRows(k, w, R)
+	if prefetch {
+		a.prefetchNextRows(k, w, R)
+	}
 	for u := 0; u < E/a.V; u++ {
 		if k == wQ8 && u*a.V%32 == 0 {
 			// A new block: its scale d for every row.
@@ -238,7 +262,7 @@ func pipelined(a arch, k wkind, R, T int) bool {
 // genDot's, instruction for instruction, so the sums are the same bits.
 // The last step loads nothing (the next step's bytes may be past the end
 // of the weights).
-func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirtual, span *spanCounter, out *strided) {
+func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirtual, span *spanCounter, out *strided, prefetch bool) {
 	R := len(acc[0])
 	E := dotStepElems(a, k)
 	nr := E / a.V / a.rawPer(k)
@@ -259,7 +283,9 @@ func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirt
 	DECQ(n)
 	JZ(LabelRef("last"))
 	Label("loop")
-	a.prefetchNextRows(k, w, R)
+	if prefetch {
+		a.prefetchNextRows(k, w, R)
+	}
 	a.dotStep(k, w, x, raw, acc, true)
 	w.advance(dotStepBytes(a, k))
 	x.advance(4 * E)

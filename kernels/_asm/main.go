@@ -103,8 +103,10 @@ func main() {
 				full = append(full, dotGroup.add(dotName(a, k, s.R, T)))
 				one = append(one, dotGroup.add(dotName(a, k, 1, T)))
 			}
-			fmt.Fprintf(&tb, "\twk%s: {R: %d, T: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}},\n",
-				k, s.R, s.T, dotStepElems(a, k), strings.Join(full, ", "), strings.Join(one, ", "))
+			genDotPrefill(a, k, s.R, s.T)
+			pre := dotGroup.add(dotPrefillName(a, k, s.R, s.T))
+			fmt.Fprintf(&tb, "\twk%s: {R: %d, T: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}, pre: %s},\n",
+				k, s.R, s.T, dotStepElems(a, k), strings.Join(full, ", "), strings.Join(one, ", "), pre)
 		}
 		fmt.Fprintf(&tb, "}\n")
 
