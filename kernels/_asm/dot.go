@@ -111,6 +111,8 @@ func genDotPrefill(a arch, k wkind, R, T int) {
 // all R rows.
 func genDot(a arch, k wkind, R, T int) { genDotNamed(a, k, R, T, dotName(a, k, R, T), true) }
 
+// genDotNamed is genDot under the given name, with or without the next
+// rows' prefetch (genDot, genDotPrefill).
 func genDotNamed(a arch, k wkind, R, T int, name string, prefetch bool) {
 	TEXT(name, NOSPLIT, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
