@@ -175,12 +175,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	kv := addKVFlags(fs)
 	variant := fs.String("kernels", "", "kernel level to run: "+strings.Join(kernels.Variants(), ", ")+" (default: the best this CPU runs)")
 	prec := fs.String("precision", "exact", "prefill arithmetic: exact, fast (int16 activations, integer products for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K–Q6_K, the codebook i-quants and [out, in] int8 weights) or both (each round times an exact and a fast prefill); decode, the last layer's feed-forward and the unembedding are exact")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
 	}
 	if *makeModel != "" {
 		return writeBenchModel(*makeModel, *config, *typ, *layers, *seed, stderr)

@@ -32,7 +32,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	ctxLen := fs.Int("c", 0, "context per slot for the memory estimate (0 = the model's, capped to what fits in memory as run and serve do)")
 	slots := fs.Int("parallel", 1, "slots (sequences decoded together) for the memory estimate")
 	kvf := addKVFlags(fs)
-	if _, err := parseInterspersed(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	if *slots < 1 {

@@ -56,7 +56,7 @@ func runLogits(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "-", "output file (- for stdout)")
 	var precision precisionFlag
 	fs.Var(&precision, "precision", precisionHelp+" (sequences of one token, and --incremental, are decode)")
-	if _, err := parseInterspersed(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	if len(toks) == 0 {

@@ -74,6 +74,24 @@ type usageError struct{ error }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
+// parseFlagsOnly is parseInterspersed for commands that take no positional
+// arguments: one is refused rather than ignored, so that `grok inspect
+// FILE` does not quietly describe the default model instead of FILE.
+func parseFlagsOnly(fs *flag.FlagSet, args []string) error {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		hint := ""
+		if fs.Lookup("m") != nil {
+			hint = " (give the model with -m)"
+		}
+		return usagef("unexpected argument %q%s", pos[0], hint)
+	}
+	return nil
+}
+
 // parseInterspersed parses flags that may come before or after positional
 // arguments ("grok run PROMPT -n 10"), as users of llama.cpp expect. The
 // flag package's own messages are silenced: -h prints the help once, and a

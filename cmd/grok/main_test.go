@@ -83,6 +83,10 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"serve", "--addr", ":1", "--port", "2"}, 2, "not both"},
 		{[]string{"serve", "--port", "70000"}, 2, "not a port"},
 		{[]string{"run", "-p", "a", "b"}, 2, "not both"},
+		{[]string{"inspect", tiny}, 2, `unexpected argument "` + tiny + `" (give the model with -m)`},
+		{[]string{"logits", "--tokens", "1", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"tokenize", "-m", tiny, "hello"}, 2, `unexpected argument "hello"`},
+		{[]string{"detokenize", "--", "x"}, 2, `unexpected argument "x"`},
 	} {
 		_, e, code := grok(t, tc.args...)
 		if code != tc.code || !strings.Contains(e, tc.want) {

@@ -60,12 +60,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	verbose := fs.Bool("v", false, "log every request at debug level")
 	tmplFlag := fs.String("chat-template", "", chatTemplateHelp())
 	kv := addKVFlags(fs)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -34,7 +34,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer, decod
 	fs := newFlagSet(name, "[-t tokenizer.model|tokenizer.tok.json|tokenizer.json | -m MODEL]", stderr)
 	tpath := fs.String("t", "", "a tokenizer file: SentencePiece tokenizer.model, Grok-2's tokenizer.tok.json or a Hugging Face tokenizer.json")
 	mpath := fs.String("m", "", "a model whose embedded vocabulary to use (GGUF; default: the embedded demo model)")
-	if _, err := parseInterspersed(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	var tok loader.Tokenizer
