@@ -89,6 +89,9 @@ type dq struct {
 	iqr      *iqRegs
 	three    VecVirtual // Q2_K on zmm: a vector of 3s, or nil
 	iota     VecVirtual // Q4_K on zmm: the levels 0..15 as float32 (newIota), or nil
+	// half, on zmm, is 16 bytes of stack where halves converts a block's
+	// fp16 scales (halfArea); nil Base: they are converted in registers.
+	half Mem
 	// scaled: the block's scales are in the stack area already (a fused
 	// kernel of a scalesAhead kind makes them a block ahead, genFused).
 	scaled bool
@@ -120,7 +123,7 @@ func (g *dq) block(k dqkind, tbl VecVirtual) {
 	case dQ6_K:
 		g.q6K()
 	case dIQ4_NL:
-		g.iq4(tbl, g.a.q8Scale(g.at(0)), 2, 0)
+		g.iq4(tbl, g.halves(dqBlock[dIQ4_NL].bytes, 0)[0], 2, 0)
 	case dIQ4_XS:
 		g.iq4XS(tbl)
 	default:
@@ -140,6 +143,9 @@ func genDequant(a arch, k dqkind) string {
 	n := Load(Param("n"), GP64())
 	if hasLocal(k) {
 		g.local = AllocLocal(128)
+	}
+	if n := halfArea(a, k); n > 0 {
+		g.half = AllocLocal(n)
 	}
 	var tbl VecVirtual
 	if (k == dIQ4_NL || k == dIQ4_XS) && !a.zmm {
@@ -304,16 +310,21 @@ func (g *dq) levelConst(base, m int) Mem {
 	return g.a.constDwords(name, w)
 }
 
-// newIota returns, for Q4_K on zmm, a vector of the levels 0..15 (dq.iota),
-// kept in a register so that a sub-block's table costs one load fewer (the
-// kernel's loads, two a cycle, bind beside its shuffles); nil otherwise.
-// Q4_0's tables gained nothing from it.
+// newIota returns, on zmm, a vector of the levels (dq.iota) kept in a
+// register: Q4_K's 0..15, so that a sub-block's table costs one load fewer
+// (the kernel's loads, two a cycle, bind beside its shuffles), and Q4_0's
+// -8..7, for its table to take the scale as a broadcast operand from the
+// half area (halfMems); nil otherwise.
 func newIota(a arch, k dqkind) VecVirtual {
-	if !a.zmm || k != dQ4_K {
+	if !a.zmm || (k != dQ4_K && k != dQ4_0) {
 		return nil
 	}
+	base := 0
+	if k == dQ4_0 {
+		base = -8
+	}
 	v := a.vec()
-	VMOVUPS((&dq{a: a}).levelConst(0, 16), v)
+	VMOVUPS((&dq{a: a}).levelConst(base, 16), v)
 	return v
 }
 
@@ -340,21 +351,79 @@ func (g *dq) halfY(m Mem) VecVirtual {
 	return d
 }
 
+// halfArea is the stack a zmm decoder of kind k needs for halves, 16
+// bytes (rows of a fused kernel: each its own), or 0.
+func halfArea(a arch, k dqkind) int {
+	if !a.zmm {
+		return 0
+	}
+	switch k {
+	case dQ4_0, dQ4_1, dQ5_0, dQ5_1, dQ2_K, dQ3_K, dIQ4_NL, dIQ4_XS:
+		// Not Q6_K: its one scale a block gained nothing so.
+		return 16
+	}
+	return 0
+}
+
+// halves returns the fp16 scales at the block's offsets offs (all within
+// 8 bytes of each other) broadcast as float32, as q8Scale does. With a
+// half area they come from halfMems: no shuffle, where q8Scale's
+// conversion of a register takes one; on Intel every shuffle is port 5's,
+// the port the decoders' widenings and lookups bind (bench/README.md).
+func (g *dq) halves(bytes int, offs ...int) []VecVirtual {
+	out := make([]VecVirtual, len(offs))
+	if g.half.Base == nil {
+		for i, off := range offs {
+			out[i] = g.a.q8Scale(g.at(off))
+		}
+		return out
+	}
+	for i, m := range g.halfMems(bytes, offs...) {
+		out[i] = g.bcast(m)
+	}
+	return out
+}
+
+// halfMems converts the fp16 scales at the block's offsets offs into
+// float32 in the half area and returns where each is, for broadcasts: the
+// 8 bytes ending at most at the block's end (bytes) by VCVTPH2PS from
+// memory, stored whole.
+func (g *dq) halfMems(bytes int, offs ...int) []Mem {
+	start := min(offs[0], bytes-8)
+	h := XMM()
+	VCVTPH2PS(g.at(start), h)
+	VMOVUPS(h, g.half)
+	out := make([]Mem, len(offs))
+	for i, off := range offs {
+		if off < start || off+2 > start+8 {
+			panic(fmt.Sprintf("halves: scale at %d outside the 8 bytes at %d", off, start))
+		}
+		out[i] = g.half.Offset(2 * (off - start))
+	}
+	return out
+}
+
 // legacy decodes the 32-element blocks: Q4_0 (q-8)·d, Q5_0 (q-16)·d, Q4_1
 // and Q5_1 q·d + m; element j and j+16 share byte j's nibbles, the _1 types'
 // fifth bits are a word of 32.
 func (g *dq) legacy(k dqkind) {
 	a := g.a
-	d := a.q8Scale(g.at(0))
-	var m VecVirtual
+	var d, m VecVirtual
 	qs, qh := 2, -1
 	switch k {
+	case dQ4_0:
+		if !a.zmm {
+			d = a.q8Scale(g.at(0))
+		}
 	case dQ4_1:
-		m, qs = a.q8Scale(g.at(2)), 4
+		ds := g.halves(dqBlock[k].bytes, 0, 2)
+		d, m, qs = ds[0], ds[1], 4
 	case dQ5_0:
+		d = g.halves(dqBlock[k].bytes, 0)[0]
 		qh, qs = 2, 6
 	case dQ5_1:
-		m, qh, qs = a.q8Scale(g.at(2)), 4, 8
+		ds := g.halves(dqBlock[k].bytes, 0, 2)
+		d, m, qh, qs = ds[0], ds[1], 4, 8
 	}
 	var h VecVirtual
 	if qh >= 0 {
@@ -366,7 +435,9 @@ func (g *dq) legacy(k dqkind) {
 		off = m
 	}
 	if k == dQ4_0 && a.zmm {
-		lv := g.levels16(-8, d, nil)
+		// The levels times the scale broadcast from the half area.
+		lv := a.vec()
+		VMULPS_BCST(g.halfMems(dqBlock[k].bytes, 0)[0], g.iota, lv)
 		v := g.u8(qs)
 		g.lookup(lv, v, 0)
 		g.lookup(lv, g.shl(-4, v), 16)
@@ -445,6 +516,10 @@ func words(w [4]Register) VecVirtual {
 // the Q4_K/Q5_K block off bytes past the current one in the stack area,
 // where q45K reads them.
 func (g *dq) q45KScales(off int) {
+	if g.a.zmm {
+		g.q45KScalesZ(off)
+		return
+	}
 	// ggml's unpacking of the 12 bytes at 4 into the scales (u0, u2) and
 	// the mins (u1, u3), as its AVX2 dot product does.
 	u0, u1, u2, u3, t := GP32(), GP32(), GP32(), GP32(), GP32()
@@ -472,6 +547,59 @@ func (g *dq) q45KScales(off int) {
 	xm := XMM()
 	VPSHUFD(U8(0xEE), x, xm)
 	g.scalesTo(xm, 8, 0, g.halfY(g.at(off+2)), 32)
+}
+
+// q45KScalesZ is q45KScales in one zmm: the 12 bytes K widened to lanes
+// 0-11, lanes 12-15 made K[8..11] >> 4 and 8-15's top bits K[0..7] >> 6
+// (two 128-bit lane moves), each lane's bits chosen by one VPTERNLOGD, and
+// the 16 integers times d or dmin. Same integers, same products as the
+// scalar unpacking, with 4 shuffles where that took 12 (VMOVD, three
+// VPINSRD, conversions, widenings, a VPSHUFD) and 20 scalar instructions:
+// on Intel every shuffle is port 5's, the port the nibbles' lookups bind
+// (bench/README.md). The area holds sc 0-3, m 0-3, sc 4-7, m 4-7 (q45KLoc).
+func (g *dq) q45KScalesZ(off int) {
+	a := g.a
+	k := ZMM()
+	VPMOVZXBD(g.at(off+4), k) // lanes 0-11: K[0..11]; 12-15 the first quants
+	lo := ZMM()
+	VSHUFI32X4(U8(0xA4), k, k, lo) // lanes 12-15 = K[8..11]
+	VPSRLVD(a.constDwords("q4k_shift", quarters(0, 0, 0, 4)), lo, lo)
+	hi := ZMM()
+	VSHUFI32X4(U8(0x40), k, k, hi) // lanes 8-15 = K[0..7]
+	VPSRLD(U8(2), hi, hi)          // bits 4-5: K >> 6; lanes 0-7 below bit 6
+	// hi = mask ? lo : hi: sc 0-3 and m 0-3 are the low 6 bits of K, sc
+	// 4-7 and m 4-7 a nibble of K below the 2 bits of K >> 6.
+	VPTERNLOGD(U8(0xd8), a.constDwords("q4k_mask", quarters(0x3f, 0x3f, 0x0f, 0x0f)), lo, hi)
+	VCVTDQ2PS(hi, hi)
+	dm, idx, f := ZMM(), ZMM(), ZMM()
+	// d and dmin (and two halves of K, unused) into the low lanes: the
+	// memory form takes no shuffle; the zeroing makes dm wholly written.
+	a.zero(dm)
+	VCVTPH2PS(g.at(off), dm.AsX())
+	VMOVDQU32(a.constDwords("q4k_dmin", quarters(0, 1, 0, 1)), idx)
+	VPERMPS(dm, idx, f)
+	VMULPS(f, hi, hi)
+	VMOVUPS(hi, g.loc(0))
+}
+
+// quarters is the 16 dwords of four runs of four: w, x, y, z.
+func quarters(w, x, y, z uint32) []uint32 {
+	q := make([]uint32, 0, 16)
+	for _, v := range []uint32{w, x, y, z} {
+		q = append(q, v, v, v, v)
+	}
+	return q
+}
+
+// q45KLoc is where the area holds sub-block s's scale (its min 16 bytes
+// further on zmm, 32 on ymm): q45KScalesZ's order on zmm, sc 0-7 then m
+// 0-7 on ymm.
+func (g *dq) q45KLoc(s int) (scale, min Mem) {
+	if g.a.zmm {
+		o := 4*s + 16*(s/4)
+		return g.loc(o), g.loc(o + 16)
+	}
+	return g.loc(4 * s), g.loc(32 + 4*s)
 }
 
 // scalesAhead reports whether a fused kernel of kind k makes each block's
@@ -515,6 +643,7 @@ func (g *dq) q45K(five bool) {
 	for s := 0; s < 8; s++ {
 		// Sub-block s: the low (even s) or high nibbles of bytes 32·(s/2)...
 		j := s / 2
+		sc, mn := g.q45KLoc(s)
 		if a.zmm && !five {
 			// The odd sub-block shifts the bytes its even one loaded
 			// (VPMOVZXBD competes with VPERMPS for the shuffle unit).
@@ -524,10 +653,10 @@ func (g *dq) q45K(five bool) {
 				// broadcast scale times the levels in a register, minus
 				// the min read as a broadcast operand (one rounding, as
 				// levelsMod's).
-				lv = g.bcast(g.loc(4 * s))
-				VFMSUB213PS_BCST(g.loc(32+4*s), g.iota, lv)
+				lv = g.bcast(sc)
+				VFMSUB213PS_BCST(mn, g.iota, lv)
 			} else {
-				lv = g.levels16(0, g.bcast(g.loc(4*s)), g.bcast(g.loc(32+4*s)))
+				lv = g.levels16(0, g.bcast(sc), g.bcast(mn))
 			}
 			for l0 := 0; l0 < 32; l0 += a.V {
 				if s%2 == 0 {
@@ -539,7 +668,7 @@ func (g *dq) q45K(five bool) {
 			}
 			continue
 		}
-		d1, m1 := g.bcast(g.loc(4*s)), g.bcast(g.loc(32+4*s))
+		d1, m1 := g.bcast(sc), g.bcast(mn)
 		if a.zmm {
 			// Q5_K: the 32 levels in two tables (VPERMI2PS reads index
 			// bits 0-4), the nibble and the fifth bit merged in one
@@ -733,7 +862,8 @@ func (g *dq) sx8(q VecVirtual, l0 int) VecVirtual {
 // dmin; sub-block c of 16 is (d·scale)·q - dmin·min.
 func (g *dq) q2K() {
 	a := g.a
-	d, dmin := a.q8Scale(g.at(80)), a.q8Scale(g.at(82))
+	dd := g.halves(dqBlock[dQ2_K].bytes, 80, 82)
+	d, dmin := dd[0], dd[1]
 	var ds, ms VecVirtual // zmm: the 16 scales and mins, in registers
 	for i := 0; i < 16; i += a.V {
 		s := g.u8(i)
@@ -866,7 +996,6 @@ func (g *dq) q3K() {
 // the Q3_K block off bytes past the current one in the stack area, where
 // q3K reads them.
 func (g *dq) q3KScales(off int) {
-	a := g.a
 	a0, a1, tmp := GP32(), GP32(), GP32()
 	MOVL(g.at(off+96), a0)
 	MOVL(g.at(off+100), a1)
@@ -895,7 +1024,7 @@ func (g *dq) q3KScales(off int) {
 			VPINSRD(U8(i), r, x, x)
 		}
 	}
-	g.scalesTo(x, 16, 32, a.q8Scale(g.at(off+108)), 0)
+	g.scalesTo(x, 16, 32, g.halves(off+dqBlock[dQ3_K].bytes, off+108)[0], 0)
 }
 
 // iq4 decodes 16 bytes of level nibbles at off into 32 elements from out
@@ -948,7 +1077,7 @@ func (g *dq) iq4(tbl, scale VecVirtual, off, i int) {
 // (d·(scale-32))·level.
 func (g *dq) iq4XS(tbl VecVirtual) {
 	a := g.a
-	d := a.q8Scale(g.at(0))
+	d := g.halves(dqBlock[dIQ4_XS].bytes, 0)[0]
 	sh := GP32()
 	MOVWLZX(g.at(2), sh)
 	for ib := 0; ib < 8; ib++ {

@@ -238,8 +238,15 @@ func genFused(a arch, k dqkind, R, T int) {
 		MOVQ(pf.base, pfLead)
 	}
 	rows := make([]*dq, R)
+	var halves Mem
+	if n := halfArea(a, k); n > 0 {
+		halves = AllocLocal(n * R)
+	}
 	for r := range rows {
 		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three, iota: iota}
+		if halves.Base != nil {
+			rows[r].half = halves.Offset(halfArea(a, k) * r)
+		}
 		if hasLocal(k) && !ahead { // ahead: the areas are addressed from cur and nxt below
 			rows[r].local = local.Offset(128 * r)
 		}
