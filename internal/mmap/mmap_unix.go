@@ -39,6 +39,7 @@ func Map(path string) ([]byte, func() error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: mmap: %w", path, err)
 	}
+	adviseHuge(data)
 	register(data)
 	return data, func() error { unregister(data); return syscall.Munmap(data) }, nil
 }
