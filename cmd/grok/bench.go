@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/grok-go/grok/kernels"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -21,6 +20,8 @@ import (
 	"github.com/grok-go/grok/comm"
 	"github.com/grok-go/grok/formats/gguf"
 	"github.com/grok-go/grok/internal/defaultmodel"
+	"github.com/grok-go/grok/internal/mmap"
+	"github.com/grok-go/grok/kernels"
 	"github.com/grok-go/grok/loader"
 	"github.com/grok-go/grok/model"
 	"github.com/grok-go/grok/parallel"
@@ -99,7 +100,11 @@ type benchResult struct {
 	// BandwidthGBs, it means the page cache serves this file's pages slowly
 	// (seen on these VMs for a file fresh from a writer; a copy was fast).
 	WeightsReadGBs float64 `json:"weights_read_gb_s,omitempty"`
-	BandwidthMB    int     `json:"bandwidth_buffer_mb"`
+	// WeightsHugeShare is the share of those bytes mapped with 2 MiB pages
+	// (Linux, /proc/self/smaps): a file whose pages came into the page
+	// cache in small folios reads slower (bench/README.md).
+	WeightsHugeShare *float64 `json:"weights_huge_share,omitempty"`
+	BandwidthMB      int      `json:"bandwidth_buffer_mb"`
 	// The probe's loops (bandwidth.go): the read loops whose better best
 	// pass is BandwidthGBs, and copy and triad in STREAM's byte counts.
 	ReadWideGBs   float64 `json:"read_wide_gb_s"`
@@ -441,6 +446,9 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	meter.free()
 	if o.mapped {
 		res.WeightsReadGBs = weightsReadGBs(pool, m.GGUF)
+		if s, ok := mmap.HugeShare(tensorViews(m.GGUF)); ok {
+			res.WeightsHugeShare = &s
+		}
 	}
 	res.RSSRunMB = rssMB()
 	res.PrefillTokS = median(res.PrefillRuns)
@@ -616,13 +624,32 @@ func printBench(w io.Writer, r *benchResult, c *model.Config) {
 	fmt.Fprintf(w, "memory    read %.2f GB/s wide (%d streams a thread), %.2f as matrix rows, %.2f scalar; copy %.2f, triad %.2f GB/s (STREAM's byte counts)\n",
 		r.ReadWideGBs, readStreams, r.ReadRowsGBs, r.ReadScalarGBs, r.CopyGBs, r.TriadGBs)
 	if r.WeightsReadGBs > 0 {
-		fmt.Fprintf(w, "weights   the same read loop over the mapped tensors: %.2f GB/s (%.2f of the buffer's)\n", r.WeightsReadGBs, r.WeightsReadGBs/r.BandwidthGBs)
+		huge := ""
+		if r.WeightsHugeShare != nil {
+			huge = fmt.Sprintf("; %.0f %% of them mapped with 2 MiB pages", 100**r.WeightsHugeShare)
+		}
+		fmt.Fprintf(w, "weights   the same read loop over the mapped tensors: %.2f GB/s (%.2f of the buffer's)%s\n", r.WeightsReadGBs, r.WeightsReadGBs/r.BandwidthGBs, huge)
 		// Only weights far beyond the caches measure the memory; small
 		// ones read fast or, with the loop's per-tensor overhead, slow.
 		if r.WeightsReadGBs < 0.6*r.BandwidthGBs && r.MappedMB >= float64(r.BandwidthMB) {
-			fmt.Fprintf(w, "warning   the page cache serves this file's pages slowly, so decode cannot reach the roofline; a fresh copy of the file (cp) has been fast on these machines\n")
+			why := ""
+			if s := r.WeightsHugeShare; s != nil && *s < 0.5 {
+				why = " (in 4 KiB pages: read back after it leaves the page cache, grok's mapping brings it in 2 MiB pages)"
+			}
+			fmt.Fprintf(w, "warning   the page cache serves this file's pages slowly%s, so decode cannot reach the roofline; a fresh copy of the file (cp) has been fast on these machines\n", why)
 		}
 	}
+}
+
+// tensorViews returns the mapped bytes of every tensor of f.
+func tensorViews(f *gguf.File) [][]byte {
+	var bs [][]byte
+	for _, ti := range f.Tensors {
+		if b, ok := f.TensorBytes(ti.Name); ok {
+			bs = append(bs, b)
+		}
+	}
+	return bs
 }
 
 // weightsReadGBs runs the read meter's loop over every tensor of the mapped

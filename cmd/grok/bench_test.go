@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -162,6 +163,9 @@ func TestBenchMakeModel(t *testing.T) {
 	}
 	if !(r.WeightsReadGBs > 0) {
 		t.Errorf("bench of a GGUF file reports no read pass over its weights (weights_read_gb_s %v)", r.WeightsReadGBs)
+	}
+	if s := r.WeightsHugeShare; runtime.GOOS == "linux" && (s == nil || *s < 0 || *s > 1) {
+		t.Errorf("bench on Linux reports no share of 2 MiB pages in [0, 1] (weights_huge_share %v)", s)
 	}
 
 	// The fast prefill against the int16 peak, where Q8_0 multiplies in

@@ -34,6 +34,9 @@ func TestMapAdvisesHugePages(t *testing.T) {
 	if !strings.Contains(" "+flags+" ", " hg ") {
 		t.Errorf("mapping's VmFlags %q lack hg (MADV_HUGEPAGE)", flags)
 	}
+	if s, ok := HugeShare([][]byte{data}); !ok || s < 0 || s > 1 {
+		t.Errorf("HugeShare of the mapping = %v, %v; want a share in [0, 1]", s, ok)
+	}
 }
 
 // vmFlags returns the VmFlags line of the mapping that starts at addr.
