@@ -362,6 +362,9 @@ func halfArea(a arch, k dqkind) int {
 		// Not Q6_K: its one scale a block gained nothing so.
 		return 16
 	}
+	if isIQ(k) && k != dIQ1_M { // IQ1_M's d is spread over four words
+		return 16
+	}
 	return 0
 }
 

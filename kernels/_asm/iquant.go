@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 
@@ -152,6 +153,40 @@ func (g *dq) iqRanks(k dqkind) Mem {
 	}
 	constVecs[name] = m
 	return m
+}
+
+// iqRanksWide is iqRanks with each rank widened to 32 bits (4·entry bytes
+// an entry: IQ3_S 8 KiB, IQ3_XXS 4 KiB, IQ2_XXS 8 KiB, IQ2_XS 16 KiB): on
+// zmm a vector's entries are then loaded and inserted as they are, where
+// the byte entries needed inserts (VPINSRD: two shuffles each on Intel)
+// and a widening, all on the one shuffle port (figures: bench/README.md).
+func (g *dq) iqRanksWide(k dqkind) Mem {
+	s := iqKinds[k]
+	name := fmt.Sprintf("dq_ranks32_%s", s.grid)
+	if m, ok := constVecs[name]; ok {
+		return m
+	}
+	mags := iqMagnitudes(k)
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, e := range tensorTable(s.grid) {
+		for j := 0; j < s.entry; j++ {
+			v := int(uint8(e >> (8 * j)))
+			if s.int8 {
+				v = int(int8(v))
+			}
+			DATA(4*(s.entry*i+j), U32(uint32(slices.Index(mags, v))))
+		}
+	}
+	constVecs[name] = m
+	return m
+}
+
+// wideRanks reports whether a's decoders of kind k read iqRanksWide: on
+// zmm, where the widened grid is at most 16 KiB (the larger ones would
+// crowd L1).
+func wideRanks(a arch, k dqkind) bool {
+	s := iqKinds[k]
+	return a.zmm && len(tensorTable(s.grid))*4*s.entry <= 16<<10
 }
 
 // iqLevels is the vector the scale multiplies into kind k's lookup table:
@@ -313,7 +348,8 @@ func (g *dq) iqD(k dqkind) VecVirtual {
 	return x
 }
 
-// iqScales returns the scales of kind k's block (d in lane 0 of dx) as
+// iqScales returns the scales of kind k's block (d in lane 0 of dx, or
+// with dx nil from the half area: halves) as
 // float32 lanes, scale j in lane j%V of vector j/V: j = ib for a scale per
 // 32 elements, j = 8h+ib for the halves h of 16 (ymm: two vectors). The
 // arithmetic is tensor's, one rounding an operation: d·(2s+1), or
@@ -394,8 +430,13 @@ func (g *dq) iqScales(k dqkind, dx VecVirtual) []VecVirtual {
 		}
 		quarter = false
 	}
-	bd := a.vec()
-	VBROADCASTSS(dx, bd)
+	var bd VecVirtual
+	if dx != nil {
+		bd = a.vec()
+		VBROADCASTSS(dx, bd)
+	} else {
+		bd = g.halves(dqBlock[k].bytes, 0)[0]
+	}
 	var out []VecVirtual
 	for _, v := range ss {
 		f := a.vec()
@@ -564,8 +605,9 @@ func (g *dq) iqIndices(k dqkind, ib int) VecVirtual {
 }
 
 // iqRanksOf loads the ranks of elements v... of the current 32, whose
-// grid indices are at the stack area's start, zero-extended to 32-bit lanes.
-func (g *dq) iqRanksOf(ranks Register, entry, v int) VecVirtual {
+// grid indices are at the stack area's start, zero-extended to 32-bit lanes
+// (wide: from iqRanksWide, already so).
+func (g *dq) iqRanksOf(ranks Register, entry, v int, wide bool) VecVirtual {
 	a := g.a
 	q := a.vec()
 	n := a.V / entry // entries a vector
@@ -600,6 +642,25 @@ func (g *dq) iqRanksOf(ranks Register, entry, v int) VecVirtual {
 		VPMOVZXBD(ent(0), q)
 		return q
 	}
+	if wide {
+		// iqRanksWide: the entries as they are, 4·entry bytes each.
+		at := func(j int) Mem {
+			m := ent(j)
+			SHLQ(U8(bits.TrailingZeros(uint(4*entry))), m.Index.(GPVirtual))
+			m.Scale = 1
+			return m
+		}
+		if entry == 4 {
+			VBROADCASTI32X4(at(0), q)
+			for j := 1; j < n; j++ {
+				VINSERTI32X4(U8(j), at(j), q, q)
+			}
+		} else {
+			VBROADCASTI64X4(at(0), q)
+			VINSERTI64X4(U8(1), at(1), q, q)
+		}
+		return q
+	}
 	x := XMM()
 	if entry == 8 {
 		VMOVQ(ent(0), x)
@@ -624,7 +685,11 @@ type iqRegs struct {
 func (g *dq) iqBases(k dqkind) *iqRegs {
 	a, s := g.a, iqKinds[k]
 	r := &iqRegs{ranks: GP64()}
-	LEAQ(g.iqRanks(k), r.ranks)
+	if wideRanks(a, k) {
+		LEAQ(g.iqRanksWide(k), r.ranks)
+	} else {
+		LEAQ(g.iqRanks(k), r.ranks)
+	}
 	_, ksigns := iqSignSource(k)
 	switch {
 	case s.shift:
@@ -641,7 +706,12 @@ func (g *dq) iqBases(k dqkind) *iqRegs {
 // iquant decodes a block of a codebook kind k.
 func (g *dq) iquant(k dqkind) {
 	a, s := g.a, iqKinds[k]
-	dx := g.iqD(k)
+	// The block's d: through the half area where there is one (halves),
+	// else converted in a register by iqD.
+	var dx VecVirtual
+	if g.half.Base == nil || k == dIQ1_M {
+		dx = g.iqD(k)
+	}
 	if g.iqr == nil {
 		g.iqr = g.iqBases(k)
 	}
@@ -674,7 +744,7 @@ func (g *dq) iquant(k dqkind) {
 				}
 				tbl = g.iqTable(k, sc, j, ib)
 			}
-			q := g.iqRanksOf(ranks, s.entry, v)
+			q := g.iqRanksOf(ranks, s.entry, v, wideRanks(a, k))
 			G := e / 8 // the vector's first group of 8
 			if k == dIQ1_M {
 				// Group l's shift sign is bit 3 of nibble l of qh[ib]
