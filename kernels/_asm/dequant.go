@@ -87,8 +87,7 @@ type dq struct {
 	sink     *fusedSink
 	lanes    []Register // iquant: the current grid indices, 4 a register
 	iqr      *iqRegs
-	three    VecVirtual // Q2_K on zmm: a vector of 3s, or nil
-	iota     VecVirtual // Q4_K on zmm: the levels 0..15 as float32 (newIota), or nil
+	iota     VecVirtual // zmm: Q4_K's levels 0..15, Q4_0's -8..7, Q2_K's j mod 4 as float32 (newIota), or nil
 	// half, on zmm, is 16 bytes of stack where halves converts a block's
 	// fp16 scales (halfArea); nil Base: they are converted in registers.
 	half Mem
@@ -312,19 +311,23 @@ func (g *dq) levelConst(base, m int) Mem {
 
 // newIota returns, on zmm, a vector of the levels (dq.iota) kept in a
 // register: Q4_K's 0..15, so that a sub-block's table costs one load fewer
-// (the kernel's loads, two a cycle, bind beside its shuffles), and Q4_0's
+// (the kernel's loads, two a cycle, bind beside its shuffles), Q4_0's
 // -8..7, for its table to take the scale as a broadcast operand from the
-// half area (halfMems); nil otherwise.
+// half area (halfMems), and Q2_K's 0..3 four times (q2Kzmm); nil
+// otherwise.
 func newIota(a arch, k dqkind) VecVirtual {
-	if !a.zmm || (k != dQ4_K && k != dQ4_0) {
+	if !a.zmm || (k != dQ4_K && k != dQ4_0 && k != dQ2_K) {
 		return nil
 	}
-	base := 0
-	if k == dQ4_0 {
+	base, m := 0, 16
+	switch k {
+	case dQ4_0:
 		base = -8
+	case dQ2_K:
+		m = 4
 	}
 	v := a.vec()
-	VMOVUPS((&dq{a: a}).levelConst(base, 16), v)
+	VMOVUPS((&dq{a: a}).levelConst(base, m), v)
 	return v
 }
 
@@ -612,7 +615,17 @@ func (g *dq) q45KLoc(s int) (scale, min Mem) {
 // one widening of its bytes, gained nothing; Q2_K's cost instructions,
 // not latency.)
 func scalesAhead(a arch, k dqkind) bool {
-	return a.zmm && (k == dQ4_K || k == dQ5_K || k == dQ3_K)
+	return a.zmm && (k == dQ4_K || k == dQ5_K || k == dQ3_K || k == dQ2_K)
+}
+
+// scaleArea is the bytes of a row's area of block scales in a fused
+// kernel that makes them ahead: 16 float32, Q2_K's 16 scales and 16 mins
+// 32.
+func scaleArea(k dqkind) int {
+	if k == dQ2_K {
+		return 128
+	}
+	return 64
 }
 
 // blockScales stores the scales of the block off bytes past the current
@@ -625,6 +638,8 @@ func (g *dq) blockScales(k dqkind, off int, area Mem) {
 		g.q45KScales(off)
 	case dQ3_K:
 		g.q3KScales(off)
+	case dQ2_K:
+		g.q2KScales(off)
 	default:
 		panic(fmt.Sprintf("blockScales: %s", k))
 	}
@@ -865,9 +880,12 @@ func (g *dq) sx8(q VecVirtual, l0 int) VecVirtual {
 // dmin; sub-block c of 16 is (d·scale)·q - dmin·min.
 func (g *dq) q2K() {
 	a := g.a
+	if a.zmm {
+		g.q2Kzmm()
+		return
+	}
 	dd := g.halves(dqBlock[dQ2_K].bytes, 80, 82)
 	d, dmin := dd[0], dd[1]
-	var ds, ms VecVirtual // zmm: the 16 scales and mins, in registers
 	for i := 0; i < 16; i += a.V {
 		s := g.u8(i)
 		lo, hi := a.vec(), a.vec()
@@ -875,67 +893,8 @@ func (g *dq) q2K() {
 		VMULPS(d, lo, lo)
 		VCVTDQ2PS(g.shl(-4, s), hi)
 		VMULPS(dmin, hi, hi)
-		if a.zmm {
-			ds, ms = lo, hi
-			break
-		}
 		VMOVUPS(lo, g.loc(4*i))
 		VMOVUPS(hi, g.loc(64+4*i))
-	}
-	if a.zmm {
-		// Four sub-blocks (vectors) a table: lane 4k+q holds level q of
-		// sub-block c0+k, the scales and mins spread from the registers
-		// (VPERMPS: loads from the stack just stored wait for the stores),
-		// and each vector looks its 2-bit quants up, plus 4k.
-		spread := make([]uint32, 16)
-		var quants [2]VecVirtual
-		three := g.three
-		if three == nil {
-			three = a.vec()
-			VPBROADCASTD(g.c(3), three)
-		}
-		for c0 := 0; c0 < 16; c0 += 4 {
-			for j := range spread {
-				spread[j] = uint32(c0 + j/4)
-			}
-			idx := a.vec()
-			VMOVDQU32(a.constDwords(fmt.Sprintf("dqq2spread_%d", c0), spread), idx)
-			dc, mc := a.vec(), a.vec()
-			VPERMPS(ds, idx, dc)
-			VPERMPS(ms, idx, mc)
-			lv := g.levelsMod(0, 4, dc, mc)
-			for k := 0; k < 4; k++ {
-				c := c0 + k
-				n, s, sub := c/8, c%8/2, c%2
-				// The 16 bytes serve four sub-blocks (bit pairs s):
-				// loaded once. The top pair needs no mask; the others
-				// are masked and offset by 4k in one VPTERNLOGD.
-				if s == 0 {
-					quants[sub] = g.u8(16 + 32*n + 16*sub)
-				}
-				v := quants[sub]
-				var q VecVirtual
-				switch {
-				case s == 3 && k == 0:
-					q = g.shl(-6, v)
-				case s == 3:
-					q = a.vec()
-					VPORD_BCST(g.c(uint32(4*k)), g.shl(-6, v), q)
-				case s == 0 || k == 0:
-					q = g.and(3, g.shl(-2*s, v))
-					if k > 0 {
-						o := a.vec()
-						VPORD_BCST(g.c(uint32(4*k)), q, o)
-						q = o
-					}
-				default:
-					q = g.shl(-2*s, v)
-					VPTERNLOGD_BCST(U8(0xea), g.c(uint32(4*k)), three, q) // q&3 | 4k
-				}
-				g.lookup(lv, q, 16*c)
-			}
-		}
-		return
 	}
 	for c := 0; c < 16; c++ {
 		// Sub-block c: bit pair s of bytes 16 + 32n + 16·sub...
@@ -944,6 +903,48 @@ func (g *dq) q2K() {
 			v := g.u8(16 + 32*n + 16*sub + l0)
 			g.emit(g.and(3, g.shl(-2*s, v)), g.bcast(g.loc(4*c)), g.bcast(g.loc(64+4*c)), true, 16*c+l0)
 		}
+	}
+}
+
+// q2KScales stores the float32 scales d·scale and mins dmin·min of the 16
+// sub-blocks of the Q2_K block off bytes past the current one at the stack
+// area, 64 bytes each (zmm).
+func (g *dq) q2KScales(off int) {
+	a := g.a
+	dd := g.halfMems(off+dqBlock[dQ2_K].bytes, off+80, off+82)
+	s := g.u8(off)
+	lo, hi := a.vec(), a.vec()
+	VCVTDQ2PS(g.and(0x0f, s), lo)
+	VMULPS_BCST(dd[0], lo, lo)
+	VCVTDQ2PS(g.shl(-4, s), hi)
+	VMULPS_BCST(dd[1], hi, hi)
+	VMOVUPS(lo, g.loc(0))
+	VMOVUPS(hi, g.loc(64))
+}
+
+// q2Kzmm is q2K on zmm: a table per sub-block of 16, its 16 entries the
+// level of j mod 4 (the levels in a register, dq.iota, times the scale,
+// minus the min: one rounding, as levelsMod's), so that each quant's bit
+// pair, shifted to bits 0-1, needs no mask (the pairs above it in its
+// lane pick the same level); the scales made ahead (scalesAhead) or here.
+// Where tables of four sub-blocks spread from registers took two VPERMPS
+// and a mask and offset a vector, on the one shuffle port of Intel's
+// (bench/README.md).
+func (g *dq) q2Kzmm() {
+	if !g.scaled {
+		g.q2KScales(0)
+	}
+	var quants [2]VecVirtual
+	for c := 0; c < 16; c++ {
+		// Sub-block c: bit pair s of bytes 16 + 32n + 16·sub..., loaded
+		// once for the four sub-blocks that use them.
+		n, s, sub := c/8, c%8/2, c%2
+		lv := g.bcast(g.loc(4 * c))
+		VFMSUB213PS_BCST(g.loc(64+4*c), g.iota, lv)
+		if s == 0 {
+			quants[sub] = g.u8(16 + 32*n + 16*sub)
+		}
+		g.lookup(lv, g.shl(-2*s, quants[sub]), 16*c)
 	}
 }
 

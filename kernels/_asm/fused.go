@@ -184,7 +184,13 @@ func genFusedTable(tb *strings.Builder, a arch) {
 // step produced by the block decoder of the dequantiser.
 func genFused(a arch, k dqkind, R, T int) {
 	name := fusedName(a, k, R, T)
-	TEXT(name, NOSPLIT, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
+	flags := NOSPLIT
+	if scalesAhead(a, k) && 2*scaleArea(k)*R > 512 {
+		// Q2_K's two areas of four rows pass the linker's limit for a
+		// frame without a stack check.
+		flags = 0
+	}
+	TEXT(name, flags, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n blocks of %s (%d elements), span by span of %d elements, to out[t][r] for %d weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).",
 		name, k, dqBlock[k].elems, sumSpan, R, T))
@@ -208,7 +214,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	switch {
 	case ahead:
 		// Two areas of 64 bytes a row: the 16 floats a block's scales are.
-		local = AllocLocal(2 * 64 * R)
+		local = AllocLocal(2 * scaleArea(k) * R)
 	case hasLocal(k):
 		local = AllocLocal(128 * R)
 	}
@@ -220,11 +226,6 @@ func genFused(a arch, k dqkind, R, T int) {
 	var iqr *iqRegs
 	if isIQ(k) {
 		iqr = (&dq{a: a}).iqBases(k)
-	}
-	var three VecVirtual // shared by the rows
-	if k == dQ2_K && a.zmm {
-		three = a.vec()
-		VPBROADCASTD((&dq{a: a}).c(3), three)
 	}
 	iota := newIota(a, k) // shared by the rows
 	pf := prefetchAhead(w, R)
@@ -243,7 +244,7 @@ func genFused(a arch, k dqkind, R, T int) {
 		halves = AllocLocal(n * R)
 	}
 	for r := range rows {
-		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, three: three, iota: iota}
+		rows[r] = &dq{a: a, w: w, row: r, sink: &fusedSink{x: x, acc: acc}, iqr: iqr, iota: iota}
 		if halves.Base != nil {
 			rows[r].half = halves.Offset(halfArea(a, k) * r)
 		}
@@ -257,9 +258,9 @@ func genFused(a arch, k dqkind, R, T int) {
 	if ahead {
 		cur, nxt = GP64(), GP64()
 		LEAQ(local, cur)
-		LEAQ(local.Offset(64*R), nxt)
+		LEAQ(local.Offset(scaleArea(k)*R), nxt)
 		for r, g := range rows {
-			g.blockScales(k, 0, Mem{Base: cur, Disp: 64 * r})
+			g.blockScales(k, 0, Mem{Base: cur, Disp: scaleArea(k) * r})
 		}
 	}
 	Label("loop")
@@ -280,11 +281,11 @@ func genFused(a arch, k dqkind, R, T int) {
 		CMPQ(n, U8(1))
 		JE(LabelRef("scaled"))
 		for r, g := range rows {
-			g.blockScales(k, bytes, Mem{Base: nxt, Disp: 64 * r})
+			g.blockScales(k, bytes, Mem{Base: nxt, Disp: scaleArea(k) * r})
 		}
 		Label("scaled")
 		for r, g := range rows {
-			g.local, g.scaled = Mem{Base: cur, Disp: 64 * r}, true
+			g.local, g.scaled = Mem{Base: cur, Disp: scaleArea(k) * r}, true
 		}
 	}
 	check := func(g *dq) {
