@@ -126,33 +126,43 @@ func iqMagnitudes(k dqkind) []int {
 	return m
 }
 
-// iqRanks is kind k's grid with every value replaced by its rank in
-// iqMagnitudes.
-func (g *dq) iqRanks(k dqkind) Mem {
+// entryRanks returns kind k's grid entries with every value replaced by its
+// rank in iqMagnitudes, element by element.
+func entryRanks(k dqkind) [][]int {
 	s := iqKinds[k]
-	name := fmt.Sprintf("dq_ranks_%s", s.grid)
-	if m, ok := constVecs[name]; ok {
-		return m
-	}
 	mags := iqMagnitudes(k)
-	m := GLOBL(name, RODATA|NOPTR)
-	for i, e := range tensorTable(s.grid) {
-		var r uint64
-		for j := 0; j < s.entry; j++ {
+	var out [][]int
+	for _, e := range tensorTable(s.grid) {
+		r := make([]int, s.entry)
+		for j := range r {
 			v := int(uint8(e >> (8 * j)))
 			if s.int8 {
 				v = int(int8(v))
 			}
-			r |= uint64(slices.Index(mags, v)) << (8 * j)
+			r[j] = slices.Index(mags, v)
 		}
-		if s.entry == 4 {
-			DATA(4*i, U32(uint32(r)))
-		} else {
-			DATA(8*i, U64(r))
-		}
+		out = append(out, r)
 	}
-	constVecs[name] = m
-	return m
+	return out
+}
+
+// iqRanks is kind k's grid with every value replaced by its rank in
+// iqMagnitudes, a byte each.
+func (g *dq) iqRanks(k dqkind) Mem {
+	s := iqKinds[k]
+	return rodata(fmt.Sprintf("dq_ranks_%s", s.grid), func() {
+		for i, rs := range entryRanks(k) {
+			var r uint64
+			for j, v := range rs {
+				r |= uint64(v) << (8 * j)
+			}
+			if s.entry == 4 {
+				DATA(4*i, U32(uint32(r)))
+			} else {
+				DATA(8*i, U64(r))
+			}
+		}
+	})
 }
 
 // iqRanksWide is iqRanks with each rank widened to 32 bits (4·entry bytes
@@ -162,21 +172,23 @@ func (g *dq) iqRanks(k dqkind) Mem {
 // and a widening, all on the one shuffle port (figures: bench/README.md).
 func (g *dq) iqRanksWide(k dqkind) Mem {
 	s := iqKinds[k]
-	name := fmt.Sprintf("dq_ranks32_%s", s.grid)
+	return rodata(fmt.Sprintf("dq_ranks32_%s", s.grid), func() {
+		for i, rs := range entryRanks(k) {
+			for j, v := range rs {
+				DATA(4*(s.entry*i+j), U32(uint32(v)))
+			}
+		}
+	})
+}
+
+// rodata returns the read-only global name, made by fill's DATA the first
+// time it is asked for.
+func rodata(name string, fill func()) Mem {
 	if m, ok := constVecs[name]; ok {
 		return m
 	}
-	mags := iqMagnitudes(k)
 	m := GLOBL(name, RODATA|NOPTR)
-	for i, e := range tensorTable(s.grid) {
-		for j := 0; j < s.entry; j++ {
-			v := int(uint8(e >> (8 * j)))
-			if s.int8 {
-				v = int(int8(v))
-			}
-			DATA(4*(s.entry*i+j), U32(uint32(slices.Index(mags, v))))
-		}
-	}
+	fill()
 	constVecs[name] = m
 	return m
 }
