@@ -213,7 +213,7 @@ func genFused(a arch, k dqkind, R, T int) {
 	var local Mem
 	switch {
 	case ahead:
-		// Two areas of 64 bytes a row: the 16 floats a block's scales are.
+		// Two areas a row of scaleArea bytes: the floats a block's scales are.
 		local = AllocLocal(2 * scaleArea(k) * R)
 	case hasLocal(k):
 		local = AllocLocal(128 * R)
