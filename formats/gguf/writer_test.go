@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -475,5 +476,50 @@ func TestWriteFileOpen(t *testing.T) {
 	// Metadata was copied out of the mapping and survives Close.
 	if a, _ := f.String("general.architecture"); a != "grok" {
 		t.Errorf("architecture after Close %q", a)
+	}
+}
+
+// sizesWriter records the size of every write.
+type sizesWriter struct {
+	bytes.Buffer
+	sizes []int
+}
+
+func (s *sizesWriter) Write(p []byte) (int, error) {
+	s.sizes = append(s.sizes, len(p))
+	return s.Buffer.Write(p)
+}
+
+// TestChunkWriter checks that WriteFile's writer passes every byte on, in
+// order, in whole chunks from the start whatever the sizes written to it
+// (larger and smaller than a chunk), the rest at Flush.
+func TestChunkWriter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []byte
+	sw := &sizesWriter{}
+	c := &chunkWriter{w: sw, buf: make([]byte, 1000)}
+	for _, n := range []int{1, 999, 3, 2500, 0, 1000, 17, 4096, 5} {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(rng.Uint32())
+		}
+		if k, err := c.Write(p); k != n || err != nil {
+			t.Fatalf("Write(%d bytes) = %d, %v", n, k, err)
+		}
+		want = append(want, p...)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(sw.Bytes(), want) {
+		t.Fatalf("the writes pass on other bytes than were written")
+	}
+	for i, n := range sw.sizes {
+		if last := i == len(sw.sizes)-1; !last && n != 1000 || last && (n == 0 || n > 1000) {
+			t.Errorf("write %d of %d is %d bytes; want whole chunks of 1000, then the rest", i, len(sw.sizes), n)
+		}
+	}
+	if got, wantN := len(sw.sizes), (len(want)+999)/1000; got != wantN {
+		t.Errorf("%d writes for %d bytes; want %d", got, len(want), wantN)
 	}
 }
