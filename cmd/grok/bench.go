@@ -445,8 +445,9 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 	res.CopyGBs, res.TriadGBs = meter.copyGBs, meter.triadGBs
 	meter.free()
 	if o.mapped {
-		res.WeightsReadGBs = weightsReadGBs(pool, m.GGUF)
-		if s, ok := mmap.HugeShare(tensorViews(m.GGUF)); ok {
+		views := tensorViews(m.GGUF)
+		res.WeightsReadGBs = weightsReadGBs(pool, views)
+		if s, ok := mmap.HugeShare(views); ok {
 			res.WeightsHugeShare = &s
 		}
 	}
@@ -652,14 +653,14 @@ func tensorViews(f *gguf.File) [][]byte {
 	return bs
 }
 
-// weightsReadGBs runs the read meter's loop over every tensor of the mapped
-// GGUF file, twice, and returns the better pass in GB/s.
-func weightsReadGBs(pool *parallel.Pool, f *gguf.File) float64 {
+// weightsReadGBs runs the read meter's loop over every tensor view (the
+// mapped GGUF file's, tensorViews), twice, and returns the better pass in
+// GB/s.
+func weightsReadGBs(pool *parallel.Pool, views [][]byte) float64 {
 	var bufs [][]uint64
 	var total int
-	for _, ti := range f.Tensors {
-		b, ok := f.TensorBytes(ti.Name)
-		if !ok || len(b) < 8 || uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+	for _, b := range views {
+		if len(b) < 8 || uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
 			continue
 		}
 		bufs = append(bufs, unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), len(b)/8))

@@ -718,10 +718,10 @@ func (g *dq) iqBases(k dqkind) *iqRegs {
 // iquant decodes a block of a codebook kind k.
 func (g *dq) iquant(k dqkind) {
 	a, s := g.a, iqKinds[k]
-	// The block's d: through the half area where there is one (halves),
-	// else converted in a register by iqD.
+	// The block's d: through the half area where there is one (halves;
+	// not IQ1_M's, halfArea), else converted in a register by iqD.
 	var dx VecVirtual
-	if g.half.Base == nil || k == dIQ1_M {
+	if g.half.Base == nil {
 		dx = g.iqD(k)
 	}
 	if g.iqr == nil {
