@@ -33,3 +33,25 @@ func TestL1dBytes(t *testing.T) {
 	}
 	t.Skip("no L1 data cache in sysfs")
 }
+
+// Every vector constant of 64 to 512 bytes of the generated kernels starts
+// a cache line in this very binary (kernels/_asm alignConsts): the Go
+// linker aligns data to at most 32 bytes, which left most of them split
+// across two lines, a different set with every change of the binary.
+func TestVectorConstsAligned(t *testing.T) {
+	var addrs [numVecConsts]uintptr
+	vecConstAddrs(&addrs)
+	if numVecConsts < 50 {
+		t.Fatalf("%d vector constants, want the generator's (≥ 50)", numVecConsts)
+	}
+	seen := map[uintptr]bool{}
+	for i, p := range addrs {
+		if p == 0 || seen[p] {
+			t.Fatalf("constant %d at %#x: missing or repeated", i, p)
+		}
+		seen[p] = true
+		if p%64 != 0 {
+			t.Errorf("constant %d at %#x, not 64-byte aligned", i, p)
+		}
+	}
+}

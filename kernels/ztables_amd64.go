@@ -1765,3 +1765,12 @@ const quant16VNNI = k_quant16_VNNI
 const quantS16VNNI = k_quantS16_VNNI
 
 var intPeakVNNI = intPeak_VNNI
+
+// numVecConsts is how many vector constants vecConstAddrs reports.
+const numVecConsts = 100
+
+// vecConstAddrs stores the addresses of the vector constants the
+// generator aligned to 64 bytes (kernels/_asm alignConsts).
+//
+//go:noescape
+func vecConstAddrs(p *[numVecConsts]uintptr)

@@ -142,6 +142,13 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		n, err := alignConsts(f.Value.String())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(&tb, "\n// numVecConsts is how many vector constants vecConstAddrs reports.\nconst numVecConsts = %d\n", n)
+		fmt.Fprintf(&tb, "\n// vecConstAddrs stores the addresses of the vector constants the\n// generator aligned to 64 bytes (kernels/_asm alignConsts).\n//\n//go:noescape\nfunc vecConstAddrs(p *[numVecConsts]uintptr)\n")
 	}
 
 	if *tables != "" {
