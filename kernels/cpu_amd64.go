@@ -39,11 +39,26 @@ func init() {
 			v := *s
 			v.name, v.int8, v.fast, v.widen, v.quant16, v.quantS16 = "AVX512VNNI", &intVNNI, &fastVNNI, &widenVNNI, quant16VNNI, quantS16VNNI
 			v.intPeak = intPeakVNNI
-			levels = append(levels, &v)
+			// The same with the block decoders tuned for Zen's two
+			// shuffle pipes (AVX-512 with VNNI: Zen 4 and 5), listed
+			// everywhere so that tests cover it, best only on AMD.
+			z := v
+			z.name, z.dequant, z.fused = "AVX512VNNI-Zen", &dequantAVX512Zen, &fusedAVX512Zen
+			if amd() {
+				levels = append(levels, &v, &z)
+			} else {
+				levels = append(levels, &z, &v)
+			}
 		}
 	}
 	active = levels[len(levels)-1]
 	fusedPastN = l1dBytes() < 48<<10
+}
+
+// amd reports whether cpuid's vendor is AuthenticAMD.
+func amd() bool {
+	_, b, c, d := cpuid(0, 0)
+	return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163 // "Auth" "enti" "cAMD"
 }
 
 // l1dBytes is the size of one core's L1 data cache from cpuid (AMD's leaf

@@ -4,6 +4,7 @@ package kernels
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,6 +33,36 @@ func TestL1dBytes(t *testing.T) {
 		return
 	}
 	t.Skip("no L1 data cache in sysfs")
+}
+
+// amd agrees with Linux's vendor_id, and the best level on an AMD CPU
+// with AVX-512 VNNI is the Zen-tuned one (elsewhere it ranks below).
+func TestAMDVendor(t *testing.T) {
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skip("no /proc/cpuinfo")
+	}
+	var vendor string
+	for _, line := range strings.Split(string(info), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "vendor_id" {
+			vendor = strings.TrimSpace(v)
+			break
+		}
+	}
+	if vendor == "" {
+		t.Skip("no vendor_id in /proc/cpuinfo")
+	}
+	if got, want := amd(), vendor == "AuthenticAMD"; got != want {
+		t.Fatalf("amd() = %v, vendor_id %q", got, vendor)
+	}
+	names := Variants()
+	zen := slices.Index(names, "AVX512VNNI-Zen")
+	if zen < 0 {
+		return // no AVX-512 VNNI here
+	}
+	if best := len(names) - 1; (zen == best) != amd() {
+		t.Fatalf("variants %v on vendor %q: the Zen-tuned one should be best exactly on AMD", names, vendor)
+	}
 }
 
 // Every vector constant of 64 to 512 bytes of the generated kernels starts

@@ -254,7 +254,8 @@ func useLevel(i int) (restore func()) {
 
 // Variant names the kernels in use: "Go" (the pure-Go reference), "AVX2"
 // (AVX2+FMA+F16C), "AVX2VNNI" (AVX2 with AVX-VNNI for the int8 products),
-// "AVX512" (AVX-512 F/BW/VL/DQ) or "AVX512VNNI".
+// "AVX512" (AVX-512 F/BW/VL/DQ), "AVX512VNNI" or "AVX512VNNI-Zen" (its
+// block decoders tuned for AMD Zen, the default there).
 func Variant() string {
 	for i, l := range levels {
 		if l == active {

@@ -15,13 +15,37 @@ type arch struct {
 	// vexVNNI: ymm int8 kernels with AVX-VNNI's VEX-encoded VPDPBUSD (CPUs
 	// with AVX-VNNI but not AVX-512). Only the int8 family exists for it.
 	vexVNNI bool
+	// zen: the block decoders tuned for AMD Zen, whose two pipes take zmm
+	// shuffles where Intel's one port 5 does (bench/README.md): a block's
+	// fp16 scales converted in a register and byte-wide codebook ranks
+	// cost less there than the stores, reloads and wider tables that
+	// spare Intel's port (halfArea, wideRanks). Only the fused and
+	// dequantiser kernels whose code differs exist for it (zenApart).
+	zen bool
 }
 
 var (
-	avx2    = arch{name: "AVX2", V: 8}
-	avx512  = arch{name: "AVX512", V: 16, zmm: true}
-	avxvnni = arch{name: "AVXVNNI", V: 8, vexVNNI: true}
+	avx2      = arch{name: "AVX2", V: 8}
+	avx512    = arch{name: "AVX512", V: 16, zmm: true}
+	avx512zen = arch{name: "AVX512", V: 16, zmm: true, zen: true}
+	avxvnni   = arch{name: "AVXVNNI", V: 8, vexVNNI: true}
 )
+
+// tag is the suffix of a's decoding kernels' and tables' names: its name,
+// and Zen for the Zen-tuned decoders (constants are shared by name).
+func (a arch) tag() string {
+	if a.zen {
+		return a.name + "Zen"
+	}
+	return a.name
+}
+
+// zenApart reports whether the Zen-tuned decoders of kind k differ from
+// the AVX-512 ones; where they do not, the Zen tables name the AVX-512
+// kernels.
+func zenApart(k dqkind) bool {
+	return halfArea(avx512, k) != halfArea(avx512zen, k) || isIQ(k) && wideRanks(avx512, k) != wideRanks(avx512zen, k)
+}
 
 // vec allocates a full-width vector register.
 func (a arch) vec() VecVirtual {

@@ -67,12 +67,20 @@ var dequantGroup = newGroup("dequantKernel", "dst *float32, src *byte, n int", "
 
 // genDequantTable emits a's dequantisers and their table.
 func genDequantTable(tb *strings.Builder, a arch) {
-	fmt.Fprintf(tb, "\nvar dequant%s = [numDQ]dequantKernel{\n", a.name)
+	fmt.Fprintf(tb, "\nvar dequant%s = [numDQ]dequantKernel{\n", a.tag())
 	for k := dqkind(0); k < numDQ; k++ {
-		fmt.Fprintf(tb, "\tdq%s: %s,\n", k, dequantGroup.add(genDequant(a, k)))
+		var ref string
+		if a.zen && !zenApart(k) {
+			ref = "k_" + dequantName(avx512, k)
+		} else {
+			ref = dequantGroup.add(genDequant(a, k))
+		}
+		fmt.Fprintf(tb, "\tdq%s: %s,\n", k, ref)
 	}
 	fmt.Fprintf(tb, "}\n")
 }
+
+func dequantName(a arch, k dqkind) string { return fmt.Sprintf("dequant%s_%s", k, a.tag()) }
 
 // dq is the state of one dequantiser's loop body: the block at src, its
 // output at dst, and a stack area for the per-sub-block scales. In a fused
@@ -131,7 +139,7 @@ func (g *dq) block(k dqkind, tbl VecVirtual) {
 }
 
 func genDequant(a arch, k dqkind) string {
-	name := fmt.Sprintf("dequant%s_%s", k, a.name)
+	name := dequantName(a, k)
 	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s decodes n blocks of %s at src (%d bytes each) into n·%d float32 at dst, as tensor.DequantizeRow does.",
@@ -357,7 +365,15 @@ func (g *dq) halfY(m Mem) VecVirtual {
 // halfArea is the stack a zmm decoder of kind k needs for halves, 16
 // bytes (rows of a fused kernel: each its own), or 0.
 func halfArea(a arch, k dqkind) int {
-	if !a.zmm {
+	switch {
+	case !a.zmm:
+		return 0
+	case a.zen:
+		// Only where the decoder is built on the area: Q4_0's table takes
+		// its d as a broadcast operand, Q2_K's scales made ahead read it.
+		if k == dQ4_0 || k == dQ2_K {
+			return 16
+		}
 		return 0
 	}
 	switch k {

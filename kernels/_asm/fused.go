@@ -132,13 +132,13 @@ const fusedLead = 16384
 func fusedShape(a arch) dotShape { return dotShapes(a, wF32) }
 
 func fusedName(a arch, k dqkind, R, T int) string {
-	return fmt.Sprintf("fused%s_%dx%d_%s", k, R, T, a.name)
+	return fmt.Sprintf("fused%s_%dx%d_%s", k, R, T, a.tag())
 }
 
 // genFusedTable emits a's fused kernels and their table (a dotFamily per
 // block type, E one block).
 func genFusedTable(tb *strings.Builder, a arch) {
-	fmt.Fprintf(tb, "\nvar fused%s = [numDQ]dotFamily{\n", a.name)
+	fmt.Fprintf(tb, "\nvar fused%s = [numDQ]dotFamily{\n", a.tag())
 	for k := dqkind(0); k < numDQ; k++ {
 		s := fusedShape(a)
 		N := s.T // the decode-sized n: up to it, dequantMatMul runs the fused kernels
@@ -166,10 +166,15 @@ func genFusedTable(tb *strings.Builder, a arch) {
 		var full, one, rows []string
 		for T := 1; T <= s.T; T++ {
 			R := fusedRows(a, k, s.R, T)
-			genFused(a, k, R, T)
-			genFused(a, k, 1, T)
-			full = append(full, dotGroup.add(fusedName(a, k, R, T)))
-			one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
+			if a.zen && !zenApart(k) {
+				full = append(full, "k_"+fusedName(avx512, k, R, T))
+				one = append(one, "k_"+fusedName(avx512, k, 1, T))
+			} else {
+				genFused(a, k, R, T)
+				genFused(a, k, 1, T)
+				full = append(full, dotGroup.add(fusedName(a, k, R, T)))
+				one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
+			}
 			rows = append(rows, fmt.Sprint(R))
 		}
 		fmt.Fprintf(tb, "\tdq%s: {R: %d, T: %d, N: %d, E: %d, full: []dotKernel{%s}, rows: []int{%s}, one: []dotKernel{%s}},\n",

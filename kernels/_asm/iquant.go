@@ -195,10 +195,11 @@ func rodata(name string, fill func()) Mem {
 
 // wideRanks reports whether a's decoders of kind k read iqRanksWide: on
 // zmm, where the widened grid is at most 16 KiB (the larger ones would
-// crowd L1).
+// crowd L1); on Zen (arch.zen) IQ2_XS's only, the one kind they made
+// faster there.
 func wideRanks(a arch, k dqkind) bool {
 	s := iqKinds[k]
-	return a.zmm && len(tensorTable(s.grid))*4*s.entry <= 16<<10
+	return a.zmm && (!a.zen || k == dIQ2_XS) && len(tensorTable(s.grid))*4*s.entry <= 16<<10
 }
 
 // iqLevels is the vector the scale multiplies into kind k's lookup table:

@@ -133,6 +133,8 @@ func main() {
 		genFusedTable(&tb, a)
 		fmt.Fprintf(&tb, "\nvar fmaPeak%s = %s\n", a.name, genFMAPeak(a))
 	}
+	genDequantTable(&tb, avx512zen)
+	genFusedTable(&tb, avx512zen)
 	genIntFamily(&tb, avxvnni)
 	genFastTable(&tb)
 	fmt.Fprintf(&tb, "\nvar intPeakVNNI = %s\n", genIntPeak())
