@@ -44,7 +44,7 @@ func (a arch) tag() string {
 // the AVX-512 ones; where they do not, the Zen tables name the AVX-512
 // kernels.
 func zenApart(k dqkind) bool {
-	return halfArea(avx512, k) != halfArea(avx512zen, k) || isIQ(k) && wideRanks(avx512, k) != wideRanks(avx512zen, k)
+	return halfArea(avx512, k) != halfArea(avx512zen, k) || wideRanks(avx512, k) != wideRanks(avx512zen, k)
 }
 
 // vec allocates a full-width vector register.

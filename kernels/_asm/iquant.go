@@ -193,11 +193,14 @@ func rodata(name string, fill func()) Mem {
 	return m
 }
 
-// wideRanks reports whether a's decoders of kind k read iqRanksWide: on
-// zmm, where the widened grid is at most 16 KiB (the larger ones would
-// crowd L1); on Zen (arch.zen) IQ2_XS's only, the one kind they made
-// faster there.
+// wideRanks reports whether a's decoders of codebook kind k read
+// iqRanksWide (false for other kinds): on zmm, where the widened grid is
+// at most 16 KiB (the larger ones would crowd L1); on Zen (arch.zen)
+// IQ2_XS's only, the one kind they made faster there.
 func wideRanks(a arch, k dqkind) bool {
+	if !isIQ(k) {
+		return false
+	}
 	s := iqKinds[k]
 	return a.zmm && (!a.zen || k == dIQ2_XS) && len(tensorTable(s.grid))*4*s.entry <= 16<<10
 }
