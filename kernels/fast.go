@@ -88,17 +88,20 @@ func codebookScale(t tensor.DType, b []byte) float32 {
 	return tensor.HalfToFloat(h) / codebookFactor(t)
 }
 
-// quantizeScaled is the widening of the codebook i-quants: q = x/d for the
-// 32 weights x of a block of scale d, each quotient exact (the weights are
-// d times integers); all zero for a d of zero or not finite.
+// quantizeScaled is the widening of the codebook i-quants: q = x·(1/d),
+// rounded to the nearest (halfway to even), for the 32 weights x of a
+// block of scale d; all zero for a d of zero or not finite. The weights are
+// d times integers k, |k| ≤ fastWeightMax, so q = k exactly: the rounded
+// reciprocal and product move x·(1/d) by at most |k|·2^-23 < 1/2.
 func quantizeScaled(q []int16, x []float32, d float32) {
 	q = q[:32]
 	clear(q)
 	if d == 0 || math.IsInf(float64(d), 0) || d != d {
 		return
 	}
+	id := 1 / d
 	for j, v := range x[:32] {
-		q[j] = int16(min(max(int32(math.RoundToEven(float64(v/d))), math.MinInt16), math.MaxInt16))
+		q[j] = int16(min(max(int32(math.RoundToEven(float64(v*id))), math.MinInt16), math.MaxInt16))
 	}
 }
 

@@ -938,9 +938,10 @@ func packWords(r [2]VecVirtual) VecVirtual {
 }
 
 // genQuantScaled emits kernels.quantizeScaled: per block b of 32 float32s
-// at x, q = x/ds[b] (exact for weights that are ds[b] times integers),
+// at x, q = x·(1/ds[b]) (exact for weights that are ds[b] times integers),
 // rounded to the nearest, stored as 32 int16s at dst (64 bytes a block);
-// all zero where ds[b] is zero or not finite.
+// all zero where ds[b] is zero or not finite. One scalar division a block:
+// two VDIVPS a block cost more than the block's decoding.
 func genQuantScaled() string {
 	a := avx512
 	name := "quantS16_VNNI"
@@ -954,6 +955,8 @@ func genQuantScaled() string {
 	absMask := a.constVec("absmask", 0x7fffffff)
 	fmax := a.constVec("maxfloat", math.Float32bits(math.MaxFloat32))
 	zero := a.constVec("zero", 0)
+	one := XMM()
+	VMOVSS(a.constVec("one", math.Float32bits(1)), one)
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
 	Label("loop")
@@ -964,11 +967,13 @@ func genQuantScaled() string {
 	VCMPPS(U8(cmpLEOQ), fmax, as, kq) // finite (false for NaN)
 	VCMPPS(U8(cmpNEQOQ), zero, s, kz)
 	KANDW(kz, kq, kq)
+	r, id := XMM(), ZMM()
+	VDIVSS(Mem{Base: ds}, one, r)
+	VBROADCASTSS(r, id)
 	var v [2]VecVirtual
 	for u := range v {
 		v[u] = ZMM()
-		VMOVUPS(Mem{Base: x, Disp: 64 * u}, v[u])
-		VDIVPS(s, v[u], v[u])
+		VMULPS(Mem{Base: x, Disp: 64 * u}, id, v[u])
 		VCVTPS2DQ_Z(v[u], kq, v[u])
 	}
 	VMOVDQU64(packWords(v), Mem{Base: dst})
