@@ -217,6 +217,9 @@ type kernelSet struct {
 	quant16 quant16Kernel
 	// quantS16 widens the weights fastMatMul decodes to float32 first.
 	quantS16 quantS16Kernel
+	// widenCB widens the codebook i-quants to their integers directly
+	// (widenDecoded); a zero entry leaves the type to decoding and quantS16.
+	widenCB *[numDQ]widenKernel
 	// fused multiplies blocks of the dequantisers' types without scratch
 	// for decode (dequantMatMul); a family without kernels (or a nil
 	// table) leaves the type to the two-pass path.

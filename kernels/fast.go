@@ -597,8 +597,15 @@ func fastScatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
 // t (stride ldw bytes) as widenRef lays them out: each row decoded to
 // float32 in fs with the exact path's decoders, then divided by its
 // super-blocks' d/F (quantizeScaled), with the level's kernels when it has
-// them (ks nil: all in Go).
+// them (ks nil: all in Go). A level with a widenCB kernel for t writes the
+// same integers and scales without the float32 detour.
 func (ks *kernelSet) widenDecoded(ws []byte, ds, fs []float32, w []byte, ldw int, t tensor.DType, rows, nb int) {
+	if ks != nil && ks.widenCB != nil {
+		if k := ks.widenCB[dqKind(t)]; k != 0 {
+			k.call(&ws[0], &ds[0], &w[0], ldw, rows, nb)
+			return
+		}
+	}
 	n := nb * 32
 	per, bb := t.BlockSize()/32, t.BlockBytes()
 	for r := 0; r < rows; r++ {

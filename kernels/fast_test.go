@@ -369,6 +369,50 @@ func TestQuantize16Kernel(t *testing.T) {
 	got.Release()
 }
 
+// TestWidenCodebookScales: the codebook i-quants' widening kernels write
+// the Go twin's integers and scales for super-blocks whose d is zero,
+// infinite or NaN too (all-zero integers), beside ordinary ones.
+func TestWidenCodebookScales(t *testing.T) {
+	if active == nil || active.widenCB == nil {
+		t.Skip("no fast kernels on this machine")
+	}
+	rng := rand.New(rand.NewPCG(19, 20))
+	for _, dt := range fastBlockTypes {
+		if codebookFactor(dt) == 0 {
+			continue
+		}
+		const rows, in = 4, 1024
+		m := randBlockMat(t, rng, dt, rows, in)
+		bb := dt.BlockBytes()
+		for i, h := range []uint16{0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x0001, 0x7bff} {
+			b := m.Data[(2*i+1)*bb:]
+			if dt == tensor.IQ1_M {
+				for j := 0; j < 4; j++ {
+					b[49+2*j] = b[49+2*j]&0x0f | byte(h>>(4*j)&0xf)<<4
+				}
+			} else {
+				b[0], b[1] = byte(h), byte(h>>8)
+			}
+		}
+		nb := in / 32
+		rb, _ := dt.RowBytes(in)
+		ws, gw := make([]byte, rows*nb*64), make([]byte, rows*nb*64)
+		ds, gd := make([]float32, rows*nb), make([]float32, rows*nb)
+		(*kernelSet)(nil).widenDecoded(ws, ds, make([]float32, rows*in), m.Data, rb, dt, rows, nb)
+		active.widenDecoded(gw, gd, make([]float32, rows*in), m.Data, rb, dt, rows, nb)
+		for i := range ws {
+			if gw[i] != ws[i] {
+				t.Fatalf("%v: widened byte %d (block %d) = %#x, want %#x", dt, i, i/64, gw[i], ws[i])
+			}
+		}
+		for i := range ds {
+			if !sameBits(gd[i], ds[i]) {
+				t.Fatalf("%v: scale %d = %g, want %g", dt, i, gd[i], ds[i])
+			}
+		}
+	}
+}
+
 // TestQuantizeScaledKernel: the SIMD division of weight blocks by their
 // scales writes quantizeScaled's quants: exact multiples, quotients that
 // round (halfway ones to even), and zero, infinite and NaN scales.

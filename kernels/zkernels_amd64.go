@@ -2758,6 +2758,41 @@ func widenQ3K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenQ2K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
+// widenIQ3S_VNNI widens nb/8 super-blocks of each of rows IQ3_S weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and d/F to float32 at ds (at r·nb+b): the integers and scales kernels.widenDecoded makes.
+//
+//go:noescape
+func widenIQ3S_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenIQ3XXS_VNNI widens nb/8 super-blocks of each of rows IQ3_XXS weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and d/F to float32 at ds (at r·nb+b): the integers and scales kernels.widenDecoded makes.
+//
+//go:noescape
+func widenIQ3XXS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenIQ2XXS_VNNI widens nb/8 super-blocks of each of rows IQ2_XXS weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and d/F to float32 at ds (at r·nb+b): the integers and scales kernels.widenDecoded makes.
+//
+//go:noescape
+func widenIQ2XXS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenIQ2XS_VNNI widens nb/8 super-blocks of each of rows IQ2_XS weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and d/F to float32 at ds (at r·nb+b): the integers and scales kernels.widenDecoded makes.
+//
+//go:noescape
+func widenIQ2XS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenIQ2S_VNNI widens nb/8 super-blocks of each of rows IQ2_S weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and d/F to float32 at ds (at r·nb+b): the integers and scales kernels.widenDecoded makes.
+//
+//go:noescape
+func widenIQ2S_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenIQ1S_VNNI widens nb/8 super-blocks of each of rows IQ1_S weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and d/F to float32 at ds (at r·nb+b): the integers and scales kernels.widenDecoded makes.
+//
+//go:noescape
+func widenIQ1S_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
+// widenIQ1M_VNNI widens nb/8 super-blocks of each of rows IQ1_M weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and d/F to float32 at ds (at r·nb+b): the integers and scales kernels.widenDecoded makes.
+//
+//go:noescape
+func widenIQ1M_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
+
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //
 //go:noescape

@@ -260,6 +260,13 @@ const (
 	k_widenIQ4XS_VNNI
 	k_widenQ3K_VNNI
 	k_widenQ2K_VNNI
+	k_widenIQ3S_VNNI
+	k_widenIQ3XXS_VNNI
+	k_widenIQ2XXS_VNNI
+	k_widenIQ2XS_VNNI
+	k_widenIQ2S_VNNI
+	k_widenIQ1S_VNNI
+	k_widenIQ1M_VNNI
 )
 
 func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int) {
@@ -290,6 +297,20 @@ func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb
 		widenQ3K_VNNI(dst, ds, w, ldw, rows, nb)
 	case k_widenQ2K_VNNI:
 		widenQ2K_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenIQ3S_VNNI:
+		widenIQ3S_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenIQ3XXS_VNNI:
+		widenIQ3XXS_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenIQ2XXS_VNNI:
+		widenIQ2XXS_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenIQ2XS_VNNI:
+		widenIQ2XS_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenIQ2S_VNNI:
+		widenIQ2S_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenIQ1S_VNNI:
+		widenIQ1S_VNNI(dst, ds, w, ldw, rows, nb)
+	case k_widenIQ1M_VNNI:
+		widenIQ1M_VNNI(dst, ds, w, ldw, rows, nb)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -2048,6 +2069,16 @@ var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fa
 
 var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI, k_widenQ5K_VNNI, k_widenQ41_VNNI, k_widenQ50_VNNI, k_widenQ51_VNNI, k_widenQ6K_VNNI, k_widenIQ4XS_VNNI, k_widenQ3K_VNNI, k_widenQ2K_VNNI}
 
+var widenCBVNNI = [numDQ]widenKernel{
+	dqIQ3_S:   k_widenIQ3S_VNNI,
+	dqIQ3_XXS: k_widenIQ3XXS_VNNI,
+	dqIQ2_XXS: k_widenIQ2XXS_VNNI,
+	dqIQ2_XS:  k_widenIQ2XS_VNNI,
+	dqIQ2_S:   k_widenIQ2S_VNNI,
+	dqIQ1_S:   k_widenIQ1S_VNNI,
+	dqIQ1_M:   k_widenIQ1M_VNNI,
+}
+
 const quant16VNNI = k_quant16_VNNI
 
 const quantS16VNNI = k_quantS16_VNNI
@@ -2055,7 +2086,7 @@ const quantS16VNNI = k_quantS16_VNNI
 var intPeakVNNI = intPeak_VNNI
 
 // numVecConsts is how many vector constants vecConstAddrs reports.
-const numVecConsts = 100
+const numVecConsts = 110
 
 // vecConstAddrs stores the addresses of the vector constants the
 // generator aligned to 64 bytes (kernels/_asm alignConsts).

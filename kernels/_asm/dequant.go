@@ -102,6 +102,12 @@ type dq struct {
 	// scaled: the block's scales are in the stack area already (a fused
 	// kernel of a scalesAhead kind makes them a block ahead, genFused).
 	scaled bool
+	// ints: a codebook i-quant's integers instead of its values (the fast
+	// product's widening, genWidenCB): (2s+1) times the integer levels
+	// (iqLevelsInt) as int16 at dst + 2i, zero where the block's d is zero
+	// or not finite; dx is then the block's d (lane 0).
+	ints bool
+	dx   VecVirtual
 }
 
 // hasLocal reports whether kind k's block decoder keeps per-sub-block
@@ -259,6 +265,12 @@ func (g *dq) emit(q VecVirtual, scale, off Op, sub bool, i int) {
 func (g *dq) put(f VecVirtual, i int) {
 	if g.sink != nil {
 		g.sink.add(g, f, i)
+		return
+	}
+	if g.ints {
+		y := YMM()
+		VPMOVDW(f, y)
+		VMOVDQU(y, Mem{Base: g.dst, Disp: 2 * i})
 		return
 	}
 	VMOVUPS(f, g.out(i))

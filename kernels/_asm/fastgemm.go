@@ -893,8 +893,47 @@ func genWidenQ2K() string {
 	return name
 }
 
-// genFastTable generates the fast kernels and their tables fastVNNI and
-// widenVNNI.
+// genWidenCB emits the widening of a codebook i-quant k (kernels'
+// widenDecoded): per super-block of 256, the integers d/F divides its
+// weights into (the decoder's ints mode), 32 int16s a block at dst, and
+// d/F at ds for each of its 8 blocks. nb counts blocks of 32 (a multiple
+// of 8). Without it each tile was decoded to float32 and divided back.
+func genWidenCB(k dqkind) string {
+	name := fmt.Sprintf("widen%s_VNNI", strings.ReplaceAll(k.String(), "_", ""))
+	dst, ds, w, ldw, rows, nb := widenText(name, fmt.Sprintf("%s widens nb/8 super-blocks of each of rows %s weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and d/F to float32 at ds (at r·nb+b): the integers and scales kernels.widenDecoded makes.", name, k))
+	a := avx512
+	g := &dq{a: a, ints: true, local: AllocLocal(128)}
+	g.iqr = g.iqBases(k)
+	F := map[dqkind]float32{dIQ3_S: 1, dIQ3_XXS: 4}[k]
+	if F == 0 {
+		F = 8
+	}
+	inv := XMM()
+	VMOVSS(a.constVec(fmt.Sprintf("inv%g", F), math.Float32bits(1/F)), inv)
+	SHRQ(U8(3), nb) // super-blocks
+	lead := widenLead(ldw, rows)
+	bytes := dqBlock[k].bytes
+	Label("row")
+	p := GP64()
+	MOVQ(w, p)
+	j := GP64()
+	MOVQ(nb, j)
+	Label("sb")
+	widenPrefetch(p, lead, bytes)
+	g.src, g.dst = p, dst
+	g.iquant(k)
+	d := XMM()
+	VMULSS(inv, g.dx, d)
+	y := YMM()
+	VBROADCASTSS(d, y)
+	VMOVUPS(y, Mem{Base: ds})
+	widenNextSuperBlock(j, []Register{p, dst, ds}, []int{bytes, 8 * 64, 32})
+	widenNextRow(w, ldw, rows)
+	return name
+}
+
+// genFastTable generates the fast kernels and their tables fastVNNI,
+// widenVNNI and widenCBVNNI.
 func genFastTable(tb *strings.Builder) {
 	R, V := fastShape()
 	var full, one, fullM, oneM, fullH, oneH, fullHM, oneHM []string
@@ -919,6 +958,13 @@ func genFastTable(tb *strings.Builder) {
 		widen = append(widen, widenGroup.add(genWiden(k)))
 	}
 	fmt.Fprintf(tb, "\nvar widenVNNI = [...]widenKernel{%s}\n", strings.Join(widen, ", "))
+	fmt.Fprintf(tb, "\nvar widenCBVNNI = [numDQ]widenKernel{\n")
+	for k := dqkind(0); k < numDQ; k++ {
+		if isIQ(k) {
+			fmt.Fprintf(tb, "\tdq%s: %s,\n", k, widenGroup.add(genWidenCB(k)))
+		}
+	}
+	fmt.Fprintf(tb, "}\n")
 	fmt.Fprintf(tb, "\nconst quant16VNNI = %s\n", quant16Group.add(genQuant16()))
 	fmt.Fprintf(tb, "\nconst quantS16VNNI = %s\n", quantS16Group.add(genQuantScaled()))
 }

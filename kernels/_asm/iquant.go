@@ -251,6 +251,50 @@ func (g *dq) iqLevels(k dqkind) Mem {
 	return a.constDwords(fmt.Sprintf("dq_levels_%s", k), w)
 }
 
+// iqLevelsInt is iqLevels (zmm) in integers: a weight of kind k is
+// d/F·(2s+1)·L, F its codebook factor (kernels.codebookFactor), so L is
+// its grid magnitude (negated from entry 8), IQ1's 8g+1 and 8g-1.
+func (g *dq) iqLevelsInt(k dqkind) Mem {
+	a, s := g.a, iqKinds[k]
+	mags := iqMagnitudes(k)
+	var w []uint32
+	switch {
+	case k == dIQ1_S:
+		for _, sh := range []int{1, -1} {
+			for i := 0; i < a.V; i++ {
+				var v int
+				if i < len(mags) {
+					v = 8*mags[i] + sh
+				}
+				w = append(w, uint32(int32(v)))
+			}
+		}
+	case s.shift:
+		w = make([]uint32, a.V)
+		for i := range w {
+			if r := i % 8 % 4; r < len(mags) {
+				sh := 1
+				if i%8 >= 4 {
+					sh = -1
+				}
+				w[i] = uint32(int32(8*mags[r] + sh))
+			}
+		}
+	default:
+		w = make([]uint32, a.V)
+		for i := range w {
+			if r := i % 8; r < len(mags) {
+				v := mags[r]
+				if i >= 8 {
+					v = -v
+				}
+				w[i] = uint32(int32(v))
+			}
+		}
+	}
+	return a.constDwords(fmt.Sprintf("dq_ilevels_%s", k), w)
+}
+
 // iq1Delta is ggml's IQ1S_DELTA (and IQ1M_DELTA).
 const iq1Delta = 0.125
 
@@ -453,6 +497,25 @@ func (g *dq) iqScales(k dqkind, dx VecVirtual) []VecVirtual {
 	} else {
 		bd = g.halves(dqBlock[k].bytes, 0)[0]
 	}
+	if g.ints {
+		// The integers' scale 2s+1 (d·(0.5+s)·c·g is d/F·(2s+1)·g: F·c
+		// is 2), zero for a d of zero or not finite.
+		ad, kq, kz := ZMM(), K(), K()
+		VBROADCASTSS(dx, ad)
+		VCMPPS(U8(cmpNEQOQ), a.constVec("zero", 0), ad, kz)
+		VANDPS(a.constVec("absmask", 0x7fffffff), ad, ad)
+		VCMPPS(U8(cmpLEOQ), a.constVec("maxfloat", math.Float32bits(math.MaxFloat32)), ad, kq)
+		KANDW(kz, kq, kq)
+		var out []VecVirtual
+		for _, v := range ss {
+			t := ZMM()
+			VPSLLD(U8(1), v.AsZ(), t)
+			VPORD_BCST(g.c(1), t, t)
+			VMOVDQA32_Z(t, kq, t)
+			out = append(out, t)
+		}
+		return out
+	}
 	var out []VecVirtual
 	for _, v := range ss {
 		f := a.vec()
@@ -501,6 +564,9 @@ func (g *dq) iqTable(k dqkind, sc []VecVirtual, j, ib int) VecVirtual {
 	VPERMPS(sc[j/a.V], idx, bc)
 	t := a.vec()
 	lv := g.iqLevels(k)
+	if g.ints {
+		lv = g.iqLevelsInt(k)
+	}
 	if k == dIQ1_S {
 		// The levels of the block's shift sign, qh's bit 15.
 		sel, base := GP64(), GP64()
@@ -513,6 +579,10 @@ func (g *dq) iqTable(k dqkind, sc []VecVirtual, j, ib int) VecVirtual {
 		SHLL(U8(sh), sel.As32())
 		LEAQ(lv, base)
 		lv = Mem{Base: base, Index: sel, Scale: 1}
+	}
+	if g.ints {
+		VPMULLD(lv, bc, t)
+		return t
 	}
 	VMULPS(lv, bc, t)
 	return t
@@ -728,6 +798,7 @@ func (g *dq) iquant(k dqkind) {
 	if g.half.Base == nil {
 		dx = g.iqD(k)
 	}
+	g.dx = dx
 	if g.iqr == nil {
 		g.iqr = g.iqBases(k)
 	}
