@@ -490,16 +490,10 @@ func (g *dq) iqScales(k dqkind, dx VecVirtual) []VecVirtual {
 		}
 		quarter = false
 	}
-	var bd VecVirtual
-	if dx != nil {
-		bd = a.vec()
-		VBROADCASTSS(dx, bd)
-	} else {
-		bd = g.halves(dqBlock[k].bytes, 0)[0]
-	}
 	if g.ints {
-		// The integers' scale 2s+1 (d·(0.5+s)·c·g is d/F·(2s+1)·g: F·c
-		// is 2), zero for a d of zero or not finite.
+		// The integers' scale 2s+1: a weight d·(2s+1)·g, or d·(0.5+s)·c·g
+		// with F·c = 2, is d/F·(2s+1)·L (iqLevelsInt). Zero for a d of
+		// zero or not finite, as the Go twin's.
 		ad, kq, kz := ZMM(), K(), K()
 		VBROADCASTSS(dx, ad)
 		VCMPPS(U8(cmpNEQOQ), a.constVec("zero", 0), ad, kz)
@@ -515,6 +509,13 @@ func (g *dq) iqScales(k dqkind, dx VecVirtual) []VecVirtual {
 			out = append(out, t)
 		}
 		return out
+	}
+	var bd VecVirtual
+	if dx != nil {
+		bd = a.vec()
+		VBROADCASTSS(dx, bd)
+	} else {
+		bd = g.halves(dqBlock[k].bytes, 0)[0]
 	}
 	var out []VecVirtual
 	for _, v := range ss {
