@@ -275,7 +275,7 @@ type benchOpts struct {
 	seed                    uint64
 	cpuProfile              string
 	kt, vt                  tensor.DType // the KV memory's element types (-ctk, -ctv)
-	mapped                  bool         // probeWeights: time a read of the whole mapped file
+	mapped                  bool         // probeWeights: read the whole mapped file before the runs, time a read after
 	both                    bool         // each round also times a fast prefill after the exact one
 }
 
@@ -360,8 +360,12 @@ func benchRuns(res *benchResult, m *loader.Model, o benchOpts, pool *parallel.Po
 		intPeak = intPeakGOPs(pool, 3)
 	}
 
-	// Warm-up: touches every weight page once (the first pass over a mapped
-	// file pays its page faults) and sizes the workspace.
+	// Warm-up: every mapped weight page read once (a few decode steps reach
+	// only their experts, so the first repetition would fault in, or read
+	// from disk, the others), then a short run that sizes the workspace.
+	if o.mapped {
+		readViews(pool, tensorViews(m.GGUF), 1)
+	}
 	if _, _, _, err := run(min(o.n, 4)); err != nil {
 		return err
 	}
@@ -657,6 +661,11 @@ func tensorViews(f *gguf.File) [][]byte {
 // mapped GGUF file's, tensorViews), twice, and returns the better pass in
 // GB/s.
 func weightsReadGBs(pool *parallel.Pool, views [][]byte) float64 {
+	return readViews(pool, views, 2)
+}
+
+// readViews is weightsReadGBs with passes passes.
+func readViews(pool *parallel.Pool, views [][]byte, passes int) float64 {
 	var bufs [][]uint64
 	var total int
 	for _, b := range views {
@@ -671,7 +680,7 @@ func weightsReadGBs(pool *parallel.Pool, views [][]byte) float64 {
 	}
 	t := readTask{sums: make([]uint64, 8*pool.Threads())}
 	best := time.Duration(1<<63 - 1)
-	for range 2 {
+	for range passes {
 		t0 := time.Now()
 		for _, b := range bufs {
 			t.buf = b
