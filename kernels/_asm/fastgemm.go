@@ -278,8 +278,19 @@ func widenText(name, doc string) (dst, ds, w, ldw, rows, nb Register) {
 	return
 }
 
-// widenNextRow ends a widening kernel's row loop (label "row") and the
-// function: the next weight row, until rows are done.
+// widenRowStart begins a widening kernel's row loop (label "row"): p
+// the row's first weight, j its count of blocks or super-blocks (n), and
+// the inner loop's label.
+func widenRowStart(w, n Register, inner string) (p, j GPVirtual) {
+	Label("row")
+	p = GP64()
+	MOVQ(w, p)
+	j = GP64()
+	MOVQ(n, j)
+	Label(inner)
+	return p, j
+}
+
 // widenNextSuperBlock ends a widening kernel's super-block loop: each
 // pointer advances by its step in bytes, and j counts the super-blocks down.
 func widenNextSuperBlock(j Register, ptrs []Register, steps []int) {
@@ -309,6 +320,8 @@ func widenPrefetch(p, lead Register, sb int) {
 	}
 }
 
+// widenNextRow ends a widening kernel's row loop (label "row") and the
+// function: the next weight row, until rows are done.
 func widenNextRow(w, ldw, rows Register) {
 	ADDQ(ldw, w)
 	DECQ(rows)
@@ -387,12 +400,7 @@ func genWiden(k fkind) string {
 		}
 	}
 	lead := widenLead(ldw, rows)
-	Label("row")
-	p := GP64()
-	MOVQ(w, p)
-	j := GP64()
-	MOVQ(nb, j)
-	Label("blk")
+	p, j := widenRowStart(w, nb, "blk")
 	// The caller widens a tile of rows one span at a time, every tile of
 	// a block of rows at that span before the next span: fetch this row's
 	// line a few spans on, and the line at the same offset of the next
@@ -502,12 +510,7 @@ func genWidenQK(q5 bool) string {
 	sign := XMM()
 	VMOVSS(avx512.constVec("signmask", 0x80000000), sign)
 	lead := widenLead(ldw, rows)
-	Label("row")
-	p := GP64()
-	MOVQ(w, p)
-	j := GP64()
-	MOVQ(nb, j)
-	Label("sb")
+	p, j := widenRowStart(w, nb, "sb")
 	widenPrefetch(p, lead, sbBytes)
 	d, dmin := XMM(), XMM()
 	g := GP32()
@@ -602,12 +605,7 @@ func genWidenQ6K() string {
 	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
 	VMOVDQU(avx512.constVec("bytes20", 0x20202020), c32)
 	lead := widenLead(ldw, rows)
-	Label("row")
-	p := GP64()
-	MOVQ(w, p)
-	j := GP64()
-	MOVQ(nb, j)
-	Label("sb")
+	p, j := widenRowStart(w, nb, "sb")
 	widenPrefetch(p, lead, 210)
 	for n := 0; n < 2; n++ {
 		l0, l1, h := YMM(), YMM(), YMM()
@@ -669,12 +667,7 @@ func genWidenIQ4XS() string {
 	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
 	VMOVDQU((&dq{a: avx512}).levels(), tbl)
 	lead := widenLead(ldw, rows)
-	Label("row")
-	p := GP64()
-	MOVQ(w, p)
-	j := GP64()
-	MOVQ(nb, j)
-	Label("sb")
+	p, j := widenRowStart(w, nb, "sb")
 	widenPrefetch(p, lead, 136)
 	d := XMM()
 	g := GP32()
@@ -737,12 +730,7 @@ func genWidenQ3K() string {
 	c32 := ZMM()
 	VMOVDQU32(avx512.constVec("dw32", 32), c32)
 	lead := widenLead(ldw, rows)
-	Label("row")
-	p := GP64()
-	MOVQ(w, p)
-	j := GP64()
-	MOVQ(nb, j)
-	Label("sb")
+	p, j := widenRowStart(w, nb, "sb")
 	widenPrefetch(p, lead, 110)
 	hm := YMM()
 	VMOVDQU(Mem{Base: p}, hm)
@@ -840,12 +828,7 @@ func genWidenQ2K() string {
 	}
 	VMOVDQU32(avx512.constWords("q2k_halfshift", sh), halfShift)
 	lead := widenLead(ldw, rows)
-	Label("row")
-	p := GP64()
-	MOVQ(w, p)
-	j := GP64()
-	MOVQ(nb, j)
-	Label("sb")
+	p, j := widenRowStart(w, nb, "sb")
 	widenPrefetch(p, lead, 84)
 	for n := 0; n < 2; n++ {
 		q := YMM()
@@ -913,12 +896,7 @@ func genWidenCB(k dqkind) string {
 	SHRQ(U8(3), nb) // super-blocks
 	lead := widenLead(ldw, rows)
 	bytes := dqBlock[k].bytes
-	Label("row")
-	p := GP64()
-	MOVQ(w, p)
-	j := GP64()
-	MOVQ(nb, j)
-	Label("sb")
+	p, j := widenRowStart(w, nb, "sb")
 	widenPrefetch(p, lead, bytes)
 	g.src, g.dst = p, dst
 	g.iquant(k)
