@@ -876,6 +876,18 @@ func genWidenQ2K() string {
 	return name
 }
 
+// finiteNonzero returns the mask of the lanes of s that are finite and
+// not zero (false for NaN).
+func finiteNonzero(a arch, s VecVirtual) OpmaskVirtual {
+	as := ZMM()
+	VANDPS(a.constVec("absmask", 0x7fffffff), s, as)
+	kq, kz := K(), K()
+	VCMPPS(U8(cmpLEOQ), a.constVec("maxfloat", math.Float32bits(math.MaxFloat32)), as, kq)
+	VCMPPS(U8(cmpNEQOQ), a.constVec("zero", 0), s, kz)
+	KANDW(kz, kq, kq)
+	return kq
+}
+
 // genWidenCB emits the widening of a codebook i-quant k (kernels'
 // widenDecoded): per super-block of 256, the integers d/F divides its
 // weights into (the decoder's ints mode), 32 int16s a block at dst, and
@@ -887,10 +899,7 @@ func genWidenCB(k dqkind) string {
 	a := avx512
 	g := &dq{a: a, ints: true, local: AllocLocal(128)}
 	g.iqr = g.iqBases(k)
-	F := map[dqkind]float32{dIQ3_S: 1, dIQ3_XXS: 4}[k]
-	if F == 0 {
-		F = 8
-	}
+	F := iqKinds[k].factor
 	inv := XMM()
 	VMOVSS(a.constVec(fmt.Sprintf("inv%g", F), math.Float32bits(1/F)), inv)
 	SHRQ(U8(3), nb) // super-blocks
@@ -976,21 +985,14 @@ func genQuantScaled() string {
 	n := Load(Param("nb"), GP64())
 	dst := Load(Param("dst"), GP64())
 	ds := Load(Param("ds"), GP64())
-	absMask := a.constVec("absmask", 0x7fffffff)
-	fmax := a.constVec("maxfloat", math.Float32bits(math.MaxFloat32))
-	zero := a.constVec("zero", 0)
 	one := XMM()
 	VMOVSS(a.constVec("one", math.Float32bits(1)), one)
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
 	Label("loop")
-	s, as := ZMM(), ZMM()
+	s := ZMM()
 	VBROADCASTSS(Mem{Base: ds}, s)
-	VANDPS(absMask, s, as)
-	kq, kz := K(), K()
-	VCMPPS(U8(cmpLEOQ), fmax, as, kq) // finite (false for NaN)
-	VCMPPS(U8(cmpNEQOQ), zero, s, kz)
-	KANDW(kz, kq, kq)
+	kq := finiteNonzero(a, s)
 	r, id := XMM(), ZMM()
 	VDIVSS(Mem{Base: ds}, one, r)
 	VBROADCASTSS(r, id)

@@ -36,16 +36,19 @@ type iqKind struct {
 	int8  bool   // signed grid values (IQ1)
 	half  bool   // a scale per 16 elements rather than 32
 	shift bool   // IQ1: a shift of the grid values instead of signs
+	// factor is F, kernels.codebookFactor: d/F times integers are the
+	// weights (the fast product's widening, genWidenCB).
+	factor float32
 }
 
 var iqKinds = map[dqkind]iqKind{
-	dIQ3_S:   {grid: "iq3sGrid", entry: 4},
-	dIQ3_XXS: {grid: "iq3xxsGrid", entry: 4},
-	dIQ2_XXS: {grid: "iq2xxsGrid", entry: 8},
-	dIQ2_XS:  {grid: "iq2xsGrid", entry: 8, half: true},
-	dIQ2_S:   {grid: "iq2sGrid", entry: 8, half: true},
-	dIQ1_S:   {grid: "iq1sGrid", entry: 8, int8: true, shift: true},
-	dIQ1_M:   {grid: "iq1sGrid", entry: 8, int8: true, half: true, shift: true},
+	dIQ3_S:   {grid: "iq3sGrid", entry: 4, factor: 1},
+	dIQ3_XXS: {grid: "iq3xxsGrid", entry: 4, factor: 4},
+	dIQ2_XXS: {grid: "iq2xxsGrid", entry: 8, factor: 8},
+	dIQ2_XS:  {grid: "iq2xsGrid", entry: 8, half: true, factor: 8},
+	dIQ2_S:   {grid: "iq2sGrid", entry: 8, half: true, factor: 8},
+	dIQ1_S:   {grid: "iq1sGrid", entry: 8, int8: true, shift: true, factor: 8},
+	dIQ1_M:   {grid: "iq1sGrid", entry: 8, int8: true, half: true, shift: true, factor: 8},
 }
 
 func isIQ(k dqkind) bool { _, ok := iqKinds[k]; return ok }
@@ -210,89 +213,69 @@ func wideRanks(a arch, k dqkind) bool {
 // IQ1 the grid values plus 1/8 (minus 1/8 from entry 4 for IQ1_M; IQ1_S
 // has a second vector of them, minus 1/8, after the first).
 func (g *dq) iqLevels(k dqkind) Mem {
+	var w []uint32
+	for _, v := range g.iqLevelValues(k) {
+		w = append(w, math.Float32bits(float32(v)))
+	}
+	return g.a.constDwords(fmt.Sprintf("dq_levels_%s", k), w)
+}
+
+// iqLevelsInt is iqLevels in integers, on zmm: a weight of kind k is
+// d/F·(2s+1)·L, F its codebook factor, so L is its grid magnitude (negated
+// from entry 8), IQ1's 8g+1 and 8g-1 (8 times iqLevels' g±1/8).
+func (g *dq) iqLevelsInt(k dqkind) Mem {
+	m := 1.0
+	if iqKinds[k].shift {
+		m = 1 / iq1Delta
+	}
+	var w []uint32
+	for _, v := range g.iqLevelValues(k) {
+		w = append(w, uint32(int32(v*m)))
+	}
+	return g.a.constDwords(fmt.Sprintf("dq_ilevels_%s", k), w)
+}
+
+// iqLevelValues is the lanes of iqLevels, each exact in float32 (unused
+// lanes +0).
+func (g *dq) iqLevelValues(k dqkind) []float64 {
 	a, s := g.a, iqKinds[k]
 	mags := iqMagnitudes(k)
-	var w []uint32
-	f := func(v float32) uint32 { return math.Float32bits(v) }
+	var w []float64
 	switch {
 	case k == dIQ1_S:
-		for _, sh := range []float32{iq1Delta, -iq1Delta} {
+		for _, sh := range []float64{iq1Delta, -iq1Delta} {
 			for i := 0; i < a.V; i++ {
-				var v float32
+				var v float64
 				if i < len(mags) {
-					v = float32(mags[i]) + sh
+					v = float64(mags[i]) + sh
 				}
-				w = append(w, f(v))
+				w = append(w, v)
 			}
 		}
 	case s.shift:
-		w = make([]uint32, a.V)
+		w = make([]float64, a.V)
 		for i := range w {
 			if r := i % 8 % 4; r < len(mags) {
-				sh := float32(iq1Delta)
+				sh := iq1Delta
 				if i%8 >= 4 {
 					sh = -iq1Delta
 				}
-				w[i] = f(float32(mags[r]) + sh)
+				w[i] = float64(mags[r]) + sh
 			}
 		}
 	default:
-		w = make([]uint32, a.V)
+		w = make([]float64, a.V)
 		for i := range w {
 			if r := i % 8; r < len(mags) {
-				v := float32(mags[r])
+				v := float64(mags[r])
 				if i >= 8 {
 					v = -v
 				}
-				w[i] = f(v)
+				w[i] = v
 			}
 		}
 	}
-	return a.constDwords(fmt.Sprintf("dq_levels_%s", k), w)
-}
-
-// iqLevelsInt is iqLevels (zmm) in integers: a weight of kind k is
-// d/F·(2s+1)·L, F its codebook factor (kernels.codebookFactor), so L is
-// its grid magnitude (negated from entry 8), IQ1's 8g+1 and 8g-1.
-func (g *dq) iqLevelsInt(k dqkind) Mem {
-	a, s := g.a, iqKinds[k]
-	mags := iqMagnitudes(k)
-	var w []uint32
-	switch {
-	case k == dIQ1_S:
-		for _, sh := range []int{1, -1} {
-			for i := 0; i < a.V; i++ {
-				var v int
-				if i < len(mags) {
-					v = 8*mags[i] + sh
-				}
-				w = append(w, uint32(int32(v)))
-			}
-		}
-	case s.shift:
-		w = make([]uint32, a.V)
-		for i := range w {
-			if r := i % 8 % 4; r < len(mags) {
-				sh := 1
-				if i%8 >= 4 {
-					sh = -1
-				}
-				w[i] = uint32(int32(8*mags[r] + sh))
-			}
-		}
-	default:
-		w = make([]uint32, a.V)
-		for i := range w {
-			if r := i % 8; r < len(mags) {
-				v := mags[r]
-				if i >= 8 {
-					v = -v
-				}
-				w[i] = uint32(int32(v))
-			}
-		}
-	}
-	return a.constDwords(fmt.Sprintf("dq_ilevels_%s", k), w)
+	return w
 }
 
 // iq1Delta is ggml's IQ1S_DELTA (and IQ1M_DELTA).
@@ -494,12 +477,9 @@ func (g *dq) iqScales(k dqkind, dx VecVirtual) []VecVirtual {
 		// The integers' scale 2s+1: a weight d·(2s+1)·g, or d·(0.5+s)·c·g
 		// with F·c = 2, is d/F·(2s+1)·L (iqLevelsInt). Zero for a d of
 		// zero or not finite, as the Go twin's.
-		ad, kq, kz := ZMM(), K(), K()
-		VBROADCASTSS(dx, ad)
-		VCMPPS(U8(cmpNEQOQ), a.constVec("zero", 0), ad, kz)
-		VANDPS(a.constVec("absmask", 0x7fffffff), ad, ad)
-		VCMPPS(U8(cmpLEOQ), a.constVec("maxfloat", math.Float32bits(math.MaxFloat32)), ad, kq)
-		KANDW(kz, kq, kq)
+		bd := ZMM()
+		VBROADCASTSS(dx, bd)
+		kq := finiteNonzero(a, bd)
 		var out []VecVirtual
 		for _, v := range ss {
 			t := ZMM()
