@@ -134,6 +134,15 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	for t := 0; t < n; t++ {
 		clear(dst[t*m.Out+lo : t*m.Out+hi])
 	}
+	if m.Type == tensor.Q8_0 && n >= q8TwoPassTokens && m.In%ks.dot[wkQ8].E == 0 {
+		// Prefill: a tile's float32 weights decoded once for all the
+		// tokens cost less than their dequantisation in registers for
+		// every group of T (the same bits: d·q, then the F32 kernels'
+		// products on the same grid; a row of whole steps, so that no
+		// tail is summed apart from its span).
+		ks.dequantTwoPass(dst, x, n, m, lo, hi)
+		return
+	}
 	ks.dotAdd(dst, m.Out, x, m.In, n, m, lo, hi)
 }
 
@@ -194,6 +203,12 @@ func (ks *kernelSet) dotAdd(dst []float32, ldo int, x []float32, ldx, n int, m *
 		}
 	})
 }
+
+// q8TwoPassTokens is the fewest tokens for which an exact Q8_0 product
+// decodes its tiles to float32 scratch (dequantTwoPass) instead of
+// dequantising in registers: measured faster from 40–64 tokens on the
+// experts' shapes (figures: bench/README.md).
+const q8TwoPassTokens = 48
 
 // tile returns the kernel for a tile of R rows (fam.R or 1) and T tokens
 // of a product of n tokens: a prefill's full tiles take the kernel without
@@ -388,6 +403,14 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int) {
 	fam := &ks.dot[wkF32]
 	In, Out := m.In, m.Out
+	if g := tokenGroup(fam.T); n > g {
+		// As dotAdd: a group's chunk of activations stays in L2, at the
+		// cost of decoding each tile once per group.
+		for t0 := 0; t0 < n; t0 += g {
+			ks.dequantTwoPass(dst[t0*Out:], x[t0*In:], min(g, n-t0), m, lo, hi)
+		}
+		return
+	}
 	rb := m.stride()
 	wp := getScratch(fam.R * min(In, dotSpan))
 	defer scratchPool.Put(wp)
@@ -446,6 +469,12 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 // front of src with the level's dequantiser, or tensor.DecodeRow where it
 // has none.
 func (ks *kernelSet) decodeBlocks(dst []float32, t tensor.DType, src []byte) {
+	if t == tensor.Q8_0 && ks != nil && ks.vec != nil && ks.vec.q8 != 0 && len(dst)%tensor.Q8BlockSize == 0 && len(dst) > 0 {
+		nb := len(dst) / tensor.Q8BlockSize
+		src = src[:nb*tensor.Q8BlockBytes] // bounds checked here: the kernel reads exactly these
+		ks.vec.q8.call(&dst[0], &src[0], nb)
+		return
+	}
 	if k := dqKind(t); k >= 0 && ks != nil && ks.dequant != nil && ks.dequant[k] != 0 && len(dst) > 0 {
 		nb := len(dst) / t.BlockSize()
 		src = src[:nb*t.BlockBytes()] // bounds checked here: the kernel reads exactly these

@@ -665,6 +665,12 @@ func TestTokenAloneEqualsInBatch(t *testing.T) {
 				{dt: tensor.BF16, n: 21, out: 6, in: 6001},
 				{dt: tensor.Q8_0, n: 25, out: 9, in: 4640},
 				{dt: tensor.I8, n: 40, out: 7, in: 6150, shards: 2},
+				// Q8_0 through float32 scratch (q8TwoPassTokens), in more
+				// than one group of tokens; a K-quant's two-pass groups.
+				{dt: tensor.Q8_0, n: q8TwoPassTokens, out: 9, in: 4608},
+				{dt: tensor.Q8_0, n: 101, out: 6, in: 2112},
+				{dt: tensor.Q8_0, n: 101, out: 6, in: 4640}, // a tail: in registers
+				{dt: tensor.Q4_K, n: 101, out: 5, in: 2304},
 			} {
 				tm := newTestMat(rng, c.dt, c.inOut, c.out, c.in, max(c.shards, 1), 0)
 				x := randInputs(rng, c.n, c.in)
