@@ -20,7 +20,7 @@ func init() {
 	if !(x.HasAVX && x.HasAVX2 && x.HasFMA && f16c) {
 		return
 	}
-	avx2 := &kernelSet{name: "AVX2", dot: &dotAVX2, int8: &intAVX2, inout: &inoutAVX2, quant: quantAVX2, vec: &vecAVX2, dequant: &dequantAVX2, fused: &fusedAVX2, fmaPeak: fmaPeakAVX2, lanes: 8}
+	avx2 := &kernelSet{name: "AVX2", dot: &dotAVX2, int8: &intAVX2, inout: &inoutAVX2, quant: quantAVX2, vec: &vecAVX2, dequant: &dequantAVX2, fused: &fusedAVX2, fmaPeak: fmaPeakAVX2, lanes: 8, prefetch: prefetchLines}
 	levels = append(levels, avx2)
 	if x.HasAVXVNNI {
 		// AVX-VNNI (VEX VPDPBUSD on ymm) for the int8 products of CPUs
@@ -33,7 +33,7 @@ func init() {
 		// Without VNNI the int8 products use the AVX2 kernels. Where VNNI
 		// exists that combination is still listed (before the best set) so
 		// that tests cover it.
-		s := &kernelSet{name: "AVX512", dot: &dotAVX512, int8: &intAVX2, inout: &inoutAVX512, quant: quantAVX512, vec: &vecAVX512, dequant: &dequantAVX512, fused: &fusedAVX512, fmaPeak: fmaPeakAVX512, lanes: 16}
+		s := &kernelSet{name: "AVX512", dot: &dotAVX512, int8: &intAVX2, inout: &inoutAVX512, quant: quantAVX512, vec: &vecAVX512, dequant: &dequantAVX512, fused: &fusedAVX512, fmaPeak: fmaPeakAVX512, lanes: 16, prefetch: prefetchLines}
 		levels = append(levels, s)
 		if x.HasAVX512VNNI {
 			v := *s

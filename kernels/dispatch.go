@@ -231,6 +231,8 @@ type kernelSet struct {
 	// VPDPWSSDs (AVX512VNNI only): the int16 peak of the fast precision.
 	intPeak func(n int)
 	lanes   int
+	// prefetch brings n bytes at p towards L1 (prefetchLines); nil: none.
+	prefetch func(p *byte, n int)
 }
 
 // active is the kernel set in use; nil means the pure-Go reference.

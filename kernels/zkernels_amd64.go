@@ -2805,3 +2805,6 @@ func quantS16_VNNI(x *float32, nb int, dst *byte, ds *float32)
 
 // intPeak_VNNI runs n iterations of 12 independent 512-bit VPDPWSSDs on registers only.
 func intPeak_VNNI(n int)
+
+// prefetchLines prefetches (PREFETCHT0) every 64-byte line of the n > 0 bytes at p.
+func prefetchLines(p *byte, n int)

@@ -138,6 +138,7 @@ func main() {
 	genIntFamily(&tb, avxvnni)
 	genFastTable(&tb)
 	fmt.Fprintf(&tb, "\nvar intPeakVNNI = %s\n", genIntPeak())
+	genPrefetchLines()
 	Generate()
 	if f := flag.Lookup("out"); f != nil && f.Value.String() != "" {
 		if err := rewriteVEXVNNI(f.Value.String()); err != nil {

@@ -60,3 +60,19 @@ func genPeakLoop(a arch, name, doc string, op, add func(...Op)) string {
 	RET()
 	return name
 }
+
+// genPrefetchLines emits prefetchLines(p, n): a PREFETCHT0 of every 64-byte
+// line of the n > 0 bytes at p, for a driver to bring a tile's weights in
+// while the kernels multiply the tile before it.
+func genPrefetchLines() {
+	TEXT("prefetchLines", NOSPLIT, "func(p *byte, n int)")
+	Doc("prefetchLines prefetches (PREFETCHT0) every 64-byte line of the n > 0 bytes at p.")
+	p := Load(Param("p"), GP64())
+	n := Load(Param("n"), GP64())
+	Label("line")
+	PREFETCHT0(Mem{Base: p})
+	ADDQ(U32(64), p)
+	SUBQ(U32(64), n)
+	JG(LabelRef("line"))
+	RET()
+}
