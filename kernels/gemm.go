@@ -129,7 +129,7 @@ func forTiles(n, T, lo, hi, Rmax, shards, seg, c int, unit func(s, c0, c1, r0, R
 // dotMatMul is MatMulRows over [out, in] weights with float32 activations
 // (F32, F16, BF16, and Q8_0/I8 under ExactQuant). The kernels add their
 // sums (I8: times the shard's column scales) straight into dst, which is
-// cleared first.
+// cleared first; Q8_0 prefills go through dequantTwoPass.
 func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	for t := 0; t < n; t++ {
 		clear(dst[t*m.Out+lo : t*m.Out+hi])
@@ -399,7 +399,8 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 	})
 }
 
-// dequantTwoPass is dequantMatMul through float32 scratch (dst cleared).
+// dequantTwoPass is dequantMatMul through float32 scratch (dst cleared),
+// and dotMatMul's for Q8_0 from q8TwoPassTokens tokens.
 func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int) {
 	fam := &ks.dot[wkF32]
 	In, Out := m.In, m.Out
