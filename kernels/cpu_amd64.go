@@ -53,6 +53,7 @@ func init() {
 	}
 	active = levels[len(levels)-1]
 	fusedPastN = l1dBytes() < 48<<10
+	q8TwoPass = !amd()
 }
 
 // amd reports whether cpuid's vendor is AuthenticAMD.

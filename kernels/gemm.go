@@ -134,7 +134,7 @@ func (ks *kernelSet) dotMatMul(dst, x []float32, n int, m *Mat, lo, hi int) {
 	for t := 0; t < n; t++ {
 		clear(dst[t*m.Out+lo : t*m.Out+hi])
 	}
-	if m.Type == tensor.Q8_0 && n >= q8TwoPassTokens && m.In%ks.dot[wkQ8].E == 0 {
+	if m.Type == tensor.Q8_0 && q8TwoPass && n >= q8TwoPassTokens && m.In%ks.dot[wkQ8].E == 0 {
 		// Prefill: a tile's float32 weights decoded once for all the
 		// tokens cost less than their dequantisation in registers for
 		// every group of T (the same bits: d·q, then the F32 kernels'
@@ -209,6 +209,11 @@ func (ks *kernelSet) dotAdd(dst []float32, ldo int, x []float32, ldx, n int, m *
 // dequantising in registers: measured faster from 40–64 tokens on the
 // experts' shapes (figures: bench/README.md).
 const q8TwoPassTokens = 48
+
+// q8TwoPass turns that route on: set at start-up where it was measured
+// faster (Intel; on AMD Zen, whose four vector pipes make the in-register
+// dequantisation cheaper, it is unmeasured and stays off).
+var q8TwoPass bool
 
 // tile returns the kernel for a tile of R rows (fam.R or 1) and T tokens
 // of a product of n tokens: a prefill's full tiles take the kernel without

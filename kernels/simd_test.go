@@ -647,6 +647,8 @@ func TestSpanFitsEveryFamily(t *testing.T) {
 // than dotSpan elements, ragged) with many tokens make the tiled path cut
 // the input axis into chunks, which must fall on the dotSpan grid.
 func TestTokenAloneEqualsInBatch(t *testing.T) {
+	defer func(v bool) { q8TwoPass = v }(q8TwoPass)
+	q8TwoPass = true // on every CPU: the Q8_0 cases of q8TwoPassTokens and more
 	for _, exact := range []bool{true, false} {
 		restore := setExactQuant(exact)
 		forLevels(t, func(t *testing.T) {
