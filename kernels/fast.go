@@ -484,14 +484,15 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	}
 	// tile widens rows [r0, r0+rows) of the block starting at p0, blocks
 	// [kb, kb+nb), and runs the kernel (or its twin) over every group.
+	bs, bb := m.Type.BlockSize(), m.Type.BlockBytes() // weightOffset's, without its lookups a tile (1.5 % of a prefill)
 	tile := func(p0, r0, rows, kb, nb int) {
-		w := m.Data[r0*rb+weightOffset(m.Type, kb*32):]
+		w := m.Data[r0*rb+kb*32/bs*bb:]
 		switch {
 		case decoded:
-			_ = w[(rows-1)*rb+weightOffset(m.Type, nb*32)-1]
+			_ = w[(rows-1)*rb+nb*32/bs*bb-1]
 			ks.widenDecoded(ws, ds, fs, w, rb, m.Type, rows, nb)
 		case fam != nil:
-			_ = w[(rows-1)*rb+weightOffset(m.Type, nb*32)-1] // the kernel reads these bytes
+			_ = w[(rows-1)*rb+nb*32/bs*bb-1] // the kernel reads these bytes
 			widen.call(&ws[0], &ds[0], &w[0], rb, rows, nb)
 		default:
 			widenRef(ws, ds, w, rb, m.Type, rows, nb)
