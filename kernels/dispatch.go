@@ -184,6 +184,10 @@ type dotFamily struct {
 	full, one  []dotKernel
 	rows       []int
 	pre        dotKernel // full[T-1] without the next rows' prefetch, for a prefill's full tiles (zero: none)
+	// acc are F32's full tile for a span in pieces, its accumulators in
+	// memory between them (scale points at them): from zero and stored,
+	// loaded and stored, loaded and reduced into out. Zero: none.
+	acc [3]dotKernel
 }
 
 // An intFamily is like dotFamily with B blocks of 32 weights a step.

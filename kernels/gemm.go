@@ -204,6 +204,17 @@ func (ks *kernelSet) dotAdd(dst []float32, ldo int, x []float32, ldx, n int, m *
 	})
 }
 
+// accPiece is the elements of a span's piece in dequantTwoPass's pieced
+// tiles: 4 rows and 6 tokens of it are 40 KiB, within a 48 KiB L1.
+const accPiece = 1024
+
+// Accumulator modes of dotFamily.acc.
+const (
+	accInit = iota
+	accMid
+	accEnd
+)
+
 // q8TwoPassTokens is the fewest tokens for which an exact Q8_0 product
 // decodes its tiles to float32 scratch (dequantTwoPass) instead of
 // dequantising in registers: measured faster from 40–64 tokens on the
@@ -421,12 +432,20 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 	wp := getScratch(fam.R * min(In, dotSpan))
 	defer scratchPool.Put(wp)
 	w := *wp
-	// span decodes and multiplies one span of rows [r0, r0+R).
+	var accs []float32 // the pieces' accumulators, a full tile's after another
+	if fam.acc[0] != 0 && n > fam.T {
+		ap := getScratch(n / fam.T * fam.R * fam.T * 16)
+		defer scratchPool.Put(ap)
+		accs = *ap
+	}
 	// span decodes and multiplies one span of rows [r0, r0+R), prefetching
-	// the same span of the next rows' weights, a share after each group
-	// of tokens: without it the decoding waited for memory (15 % of a
+	// the same span of the next rows' weights, a share after each kernel
+	// call: without it the decoding waited for memory (15 % of a
 	// real-shape Q8_0 prefill), and prefetching them all at once stalled
-	// on the line fill buffers.
+	// on the line fill buffers. Where the kernels have them, the full
+	// tiles of a span longer than accPiece go through it in pieces (the
+	// tokens' activations of a piece and the tile's weights then stay in
+	// L1), every piece for every tile before the next piece.
 	span := func(k0, k1, r0, R, next int) {
 		kc := k1 - k0
 		for r := 0; r < R; r++ {
@@ -441,17 +460,45 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 		if ks.prefetch == nil {
 			next = 0
 		}
-		groups, done := (n+fam.T-1)/fam.T, 0
-		for g, t0 := 0, 0; t0 < n; g, t0 = g+1, t0+fam.T {
-			T := min(fam.T, n-t0)
-			if steps > 0 {
-				fam.tile(n, R, T).call(wb, 4*kc, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, nil)
-			}
-			for upto := next * lines * (g + 1) / groups; done < upto; {
+		ps := accPiece / fam.E // steps a piece
+		pieced := 0            // tokens multiplied in pieces: the full tiles
+		if accs != nil && R == fam.R && steps > ps {
+			pieced = n / fam.T * fam.T
+		}
+		calls := (n + fam.T - 1) / fam.T
+		if pieced > 0 {
+			calls += (pieced / fam.T) * ((steps+ps-1)/ps - 1)
+		}
+		call, done := 0, 0
+		prefetchShare := func() {
+			call++
+			for upto := next * lines * call / calls; done < upto; {
 				r, l := done/lines, done%lines
 				c := min(upto-done, lines-l)
 				ks.prefetch(&m.Data[(r0+R+r)*rb+o0+64*l], 64*c) // a prefetch past the data never faults
 				done += c
+			}
+		}
+		for p0 := 0; p0 < steps && pieced > 0; p0 += ps {
+			p1 := min(p0+ps, steps)
+			mode := accMid
+			switch {
+			case p0 == 0:
+				mode = accInit
+			case p1 == steps:
+				mode = accEnd
+			}
+			wp := (*byte)(unsafe.Add(unsafe.Pointer(wb), 4*p0*fam.E))
+			for t0 := 0; t0 < pieced; t0 += fam.T {
+				fam.acc[mode].call(wp, 4*kc, &x[t0*In+k0+p0*fam.E], 4*In, p1-p0, &dst[t0*Out+r0], 4*Out, &accs[t0*R*16])
+				prefetchShare()
+			}
+		}
+		for t0 := 0; t0 < n; t0 += fam.T {
+			T := min(fam.T, n-t0)
+			if steps > 0 && t0 >= pieced {
+				fam.tile(n, R, T).call(wb, 4*kc, &x[t0*In+k0], 4*In, steps, &dst[t0*Out+r0], 4*Out, nil)
+				prefetchShare()
 			}
 			for t := 0; t < T && kt < k1; t++ {
 				xt := x[(t0+t)*In+kt : (t0+t)*In+k1]

@@ -860,6 +860,21 @@ func dotF32_1x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float3
 //go:noescape
 func dotF32_4x6p_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// dotF32accI_4x6_AVX512 is one piece of a span of the 4x6 F32 kernel: n steps of 16 elements into the accumulators at scale (from zero, stored), W rows ldw bytes apart, token vectors ldx bytes apart, output rows ldo bytes apart.
+//
+//go:noescape
+func dotF32accI_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// dotF32accM_4x6_AVX512 is one piece of a span of the 4x6 F32 kernel: n steps of 16 elements into the accumulators at scale (loaded, stored), W rows ldw bytes apart, token vectors ldx bytes apart, output rows ldo bytes apart.
+//
+//go:noescape
+func dotF32accM_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// dotF32accE_4x6_AVX512 is one piece of a span of the 4x6 F32 kernel: n steps of 16 elements into the accumulators at scale (loaded, reduced into out), W rows ldw bytes apart, token vectors ldx bytes apart, output rows ldo bytes apart.
+//
+//go:noescape
+func dotF32accE_4x6_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // dotF16_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n steps of 32 elements, span by span of 2048 elements, to out[t][r] for 4 F16 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes (I8: times scale[r]; other kinds ignore scale).
 //
 //go:noescape

@@ -455,6 +455,9 @@ const (
 	k_dotF32_4x6_AVX512
 	k_dotF32_1x6_AVX512
 	k_dotF32_4x6p_AVX512
+	k_dotF32accI_4x6_AVX512
+	k_dotF32accM_4x6_AVX512
+	k_dotF32accE_4x6_AVX512
 	k_dotF16_4x1_AVX512
 	k_dotF16_1x1_AVX512
 	k_dotF16_4x2_AVX512
@@ -917,6 +920,12 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		dotF32_1x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF32_4x6p_AVX512:
 		dotF32_4x6p_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotF32accI_4x6_AVX512:
+		dotF32accI_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotF32accM_4x6_AVX512:
+		dotF32accM_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_dotF32accE_4x6_AVX512:
+		dotF32accE_4x6_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF16_4x1_AVX512:
 		dotF16_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_dotF16_1x1_AVX512:
@@ -1953,7 +1962,7 @@ var fmaPeakAVX2 = fmaPeak_AVX2
 const quantAVX512 = k_quantQ8_AVX512
 
 var dotAVX512 = [...]dotFamily{
-	wkF32:  {R: 4, T: 6, E: 16, full: []dotKernel{k_dotF32_4x1_AVX512, k_dotF32_4x2_AVX512, k_dotF32_4x3_AVX512, k_dotF32_4x4_AVX512, k_dotF32_4x5_AVX512, k_dotF32_4x6_AVX512}, one: []dotKernel{k_dotF32_1x1_AVX512, k_dotF32_1x2_AVX512, k_dotF32_1x3_AVX512, k_dotF32_1x4_AVX512, k_dotF32_1x5_AVX512, k_dotF32_1x6_AVX512}, pre: k_dotF32_4x6p_AVX512},
+	wkF32:  {R: 4, T: 6, E: 16, full: []dotKernel{k_dotF32_4x1_AVX512, k_dotF32_4x2_AVX512, k_dotF32_4x3_AVX512, k_dotF32_4x4_AVX512, k_dotF32_4x5_AVX512, k_dotF32_4x6_AVX512}, one: []dotKernel{k_dotF32_1x1_AVX512, k_dotF32_1x2_AVX512, k_dotF32_1x3_AVX512, k_dotF32_1x4_AVX512, k_dotF32_1x5_AVX512, k_dotF32_1x6_AVX512}, pre: k_dotF32_4x6p_AVX512, acc: [3]dotKernel{k_dotF32accI_4x6_AVX512, k_dotF32accM_4x6_AVX512, k_dotF32accE_4x6_AVX512}},
 	wkF16:  {R: 4, T: 6, E: 32, full: []dotKernel{k_dotF16_4x1_AVX512, k_dotF16_4x2_AVX512, k_dotF16_4x3_AVX512, k_dotF16_4x4_AVX512, k_dotF16_4x5_AVX512, k_dotF16_4x6_AVX512}, one: []dotKernel{k_dotF16_1x1_AVX512, k_dotF16_1x2_AVX512, k_dotF16_1x3_AVX512, k_dotF16_1x4_AVX512, k_dotF16_1x5_AVX512, k_dotF16_1x6_AVX512}, pre: k_dotF16_4x6p_AVX512},
 	wkBF16: {R: 4, T: 6, E: 32, full: []dotKernel{k_dotBF16_4x1_AVX512, k_dotBF16_4x2_AVX512, k_dotBF16_4x3_AVX512, k_dotBF16_4x4_AVX512, k_dotBF16_4x5_AVX512, k_dotBF16_4x6_AVX512}, one: []dotKernel{k_dotBF16_1x1_AVX512, k_dotBF16_1x2_AVX512, k_dotBF16_1x3_AVX512, k_dotBF16_1x4_AVX512, k_dotBF16_1x5_AVX512, k_dotBF16_1x6_AVX512}, pre: k_dotBF16_4x6p_AVX512},
 	wkI8:   {R: 4, T: 6, E: 64, full: []dotKernel{k_dotI8_4x1_AVX512, k_dotI8_4x2_AVX512, k_dotI8_4x3_AVX512, k_dotI8_4x4_AVX512, k_dotI8_4x5_AVX512, k_dotI8_4x6_AVX512}, one: []dotKernel{k_dotI8_1x1_AVX512, k_dotI8_1x2_AVX512, k_dotI8_1x3_AVX512, k_dotI8_1x4_AVX512, k_dotI8_1x5_AVX512, k_dotI8_1x6_AVX512}, pre: k_dotI8_4x6p_AVX512},

@@ -105,8 +105,17 @@ func main() {
 			}
 			genDotPrefill(a, k, s.R, s.T)
 			pre := dotGroup.add(dotPrefillName(a, k, s.R, s.T))
-			fmt.Fprintf(&tb, "\twk%s: {R: %d, T: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}, pre: %s},\n",
-				k, s.R, s.T, dotStepElems(a, k), strings.Join(full, ", "), strings.Join(one, ", "), pre)
+			acc := ""
+			if k == wF32 && a.zmm {
+				var names []string
+				for m := 0; m < numAccModes; m++ {
+					genDotAcc(a, m, s.R, s.T)
+					names = append(names, dotGroup.add(dotAccName(a, m, s.R, s.T)))
+				}
+				acc = fmt.Sprintf(", acc: [3]dotKernel{%s}", strings.Join(names, ", "))
+			}
+			fmt.Fprintf(&tb, "\twk%s: {R: %d, T: %d, E: %d, full: []dotKernel{%s}, one: []dotKernel{%s}, pre: %s%s},\n",
+				k, s.R, s.T, dotStepElems(a, k), strings.Join(full, ", "), strings.Join(one, ", "), pre, acc)
 		}
 		fmt.Fprintf(&tb, "}\n")
 
