@@ -415,6 +415,41 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 	})
 }
 
+// pieces adds one span of steps of a full tile of rows (w, ldw bytes
+// apart, wstep bytes a step) times the first tokens (a multiple of fam.T; x and dst with
+// strides ldx and ldo) to dst, the span cut in pieces of accPiece
+// elements, every tile of tokens through a piece before the next (fam.acc;
+// a span of one piece takes the tile kernel), calling after each call.
+func pieces(fam *dotFamily, tokens, steps int, accs []float32, w *byte, ldw, wstep int, x []float32, ldx int, dst []float32, ldo int, after func()) {
+	ps := accPiece / fam.E
+	if steps <= ps {
+		k := fam.full[fam.T-1]
+		if fam.pre != 0 {
+			k = fam.pre
+		}
+		for t0 := 0; t0 < tokens; t0 += fam.T {
+			k.call(w, ldw, &x[t0*ldx], 4*ldx, steps, &dst[t0*ldo], 4*ldo, nil)
+			after()
+		}
+		return
+	}
+	for p0 := 0; p0 < steps; p0 += ps {
+		p1 := min(p0+ps, steps)
+		mode := accMid
+		switch {
+		case p0 == 0:
+			mode = accInit
+		case p1 == steps:
+			mode = accEnd
+		}
+		wp := (*byte)(unsafe.Add(unsafe.Pointer(w), p0*wstep))
+		for t0 := 0; t0 < tokens; t0 += fam.T {
+			fam.acc[mode].call(wp, ldw, &x[t0*ldx+p0*fam.E], 4*ldx, p1-p0, &dst[t0*ldo], 4*ldo, &accs[t0*fam.R*16])
+			after()
+		}
+	}
+}
+
 // dequantTwoPass is dequantMatMul through float32 scratch (dst cleared),
 // and dotMatMul's for Q8_0 from q8TwoPassTokens tokens.
 func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int) {
@@ -460,13 +495,12 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 		if ks.prefetch == nil {
 			next = 0
 		}
-		ps := accPiece / fam.E // steps a piece
-		pieced := 0            // tokens multiplied in pieces: the full tiles
-		if accs != nil && R == fam.R && steps > ps {
+		pieced := 0 // tokens multiplied in pieces: the full tiles
+		if accs != nil && R == fam.R && steps > 0 {
 			pieced = n / fam.T * fam.T
 		}
 		calls := (n + fam.T - 1) / fam.T
-		if pieced > 0 {
+		if ps := accPiece / fam.E; pieced > 0 && steps > ps {
 			calls += (pieced / fam.T) * ((steps+ps-1)/ps - 1)
 		}
 		call, done := 0, 0
@@ -479,20 +513,8 @@ func (ks *kernelSet) dequantTwoPass(dst, x []float32, n int, m *Mat, lo, hi int)
 				done += c
 			}
 		}
-		for p0 := 0; p0 < steps && pieced > 0; p0 += ps {
-			p1 := min(p0+ps, steps)
-			mode := accMid
-			switch {
-			case p0 == 0:
-				mode = accInit
-			case p1 == steps:
-				mode = accEnd
-			}
-			wp := (*byte)(unsafe.Add(unsafe.Pointer(wb), 4*p0*fam.E))
-			for t0 := 0; t0 < pieced; t0 += fam.T {
-				fam.acc[mode].call(wp, 4*kc, &x[t0*In+k0+p0*fam.E], 4*In, p1-p0, &dst[t0*Out+r0], 4*Out, &accs[t0*R*16])
-				prefetchShare()
-			}
+		if pieced > 0 {
+			pieces(fam, pieced, steps, accs, wb, 4*kc, 4*fam.E, x[k0:], In, dst[r0:], Out, prefetchShare)
 		}
 		for t0 := 0; t0 < n; t0 += fam.T {
 			T := min(fam.T, n-t0)

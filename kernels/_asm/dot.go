@@ -463,24 +463,25 @@ const (
 
 var accModeNames = [numAccModes]string{"I", "M", "E"}
 
-// dotAccName names the F32 piece kernel of mode m.
-func dotAccName(a arch, m, R, T int) string {
-	return fmt.Sprintf("dotF32acc%s_%dx%d_%s", accModeNames[m], R, T, a.name)
+// dotAccName names the piece kernel of kind k and mode m.
+func dotAccName(a arch, k wkind, m, R, T int) string {
+	return fmt.Sprintf("dot%sacc%s_%dx%d_%s", k, accModeNames[m], R, T, a.name)
 }
 
-// genDotAcc emits the F32 prefill kernel for one piece of a span: the R×T
-// accumulators acc[t][r] (16 lanes each, at scale + 64·(t·R + r) bytes)
-// start from zero (accInit) or from memory, take n ≥ 1 steps of the F32
-// kernel's multiply-adds in its order, and are stored back, or (accEnd)
-// reduced into out as the F32 kernel reduces a span. A span's pieces run
-// in order therefore give each lane of each accumulator the F32 kernel's
-// chain, and out its bits; the caller keeps every piece inside one span.
-func genDotAcc(a arch, m, R, T int) {
-	name := dotAccName(a, m, R, T)
+// genDotAcc emits the prefill kernel of kind k (F32, F16, BF16) for one
+// piece of a span: the R×T accumulators acc[t][r] (16 lanes each, at
+// scale + 64·(t·R + r) bytes) start from zero (accInit) or from memory,
+// take n ≥ 1 steps of the dot kernel's multiply-adds in its order, and are
+// stored back, or (accEnd) reduced into out as the dot kernel reduces a
+// span. A span's pieces run in order therefore give each lane of each
+// accumulator the dot kernel's chain, and out its bits; the caller keeps
+// every piece inside one span.
+func genDotAcc(a arch, k wkind, m, R, T int) {
+	name := dotAccName(a, k, m, R, T)
 	TEXT(name, NOSPLIT, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s is one piece of a span of the %dx%d F32 kernel: n steps of %d elements into the accumulators at scale (%s), W rows ldw bytes apart, token vectors ldx bytes apart, output rows ldo bytes apart.",
-		name, R, T, a.V, [...]string{"from zero, stored", "loaded, stored", "loaded, reduced into out"}[m]))
+	Doc(fmt.Sprintf("%s is one piece of a span of the %dx%d %s kernel: n steps of %d elements into the accumulators at scale (%s), W rows ldw bytes apart, token vectors ldx bytes apart, output rows ldo bytes apart.",
+		name, R, T, k, dotStepElems(a, k), [...]string{"from zero, stored", "loaded, stored", "loaded, reduced into out"}[m]))
 	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), R)
 	x := newStrided(Load(Param("x"), GP64()), Load(Param("ldx"), GP64()), T)
 	n := Load(Param("n"), GP64())
@@ -498,20 +499,23 @@ func genDotAcc(a arch, m, R, T int) {
 		}
 	}
 	Label("loop")
-	wv := make([]VecVirtual, R)
-	for r := range wv {
-		wv[r] = a.vec()
-		a.loadW(wF32, w, r, 0, wv[r])
-	}
-	for t := 0; t < T; t++ {
-		xv := a.vec()
-		VMOVUPS(x.at(t, 0), xv)
-		for r := 0; r < R; r++ {
-			VFMADD231PS(wv[r], xv, acc[t][r])
+	E := dotStepElems(a, k)
+	for u := 0; u < E/a.V; u++ {
+		wv := make([]VecVirtual, R)
+		for r := range wv {
+			wv[r] = a.vec()
+			a.loadW(k, w, r, u, wv[r])
+		}
+		for t := 0; t < T; t++ {
+			xv := a.vec()
+			VMOVUPS(x.at(t, 4*a.V*u), xv)
+			for r := 0; r < R; r++ {
+				VFMADD231PS(wv[r], xv, acc[t][r])
+			}
 		}
 	}
-	w.advance(4 * a.V)
-	x.advance(4 * a.V)
+	w.advance(dotStepBytes(a, k))
+	x.advance(4 * E)
 	DECQ(n)
 	JNZ(LabelRef("loop"))
 	if m == accEnd {
