@@ -416,10 +416,11 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 }
 
 // pieces adds one span of steps of a full tile of rows (w, ldw bytes
-// apart, wstep bytes a step) times the first tokens (a multiple of fam.T; x and dst with
-// strides ldx and ldo) to dst, the span cut in pieces of accPiece
-// elements, every tile of tokens through a piece before the next (fam.acc;
-// a span of one piece takes the tile kernel), calling after each call.
+// apart, wstep bytes a step) times the first tokens (a multiple of fam.T;
+// x and dst with strides ldx and ldo) to dst, the span cut in pieces of
+// accPiece elements, every tile of tokens through a piece before the next
+// (fam.acc; a span of one piece takes the tile kernel). It calls after
+// after each kernel call.
 func pieces(fam *dotFamily, tokens, steps int, accs []float32, w *byte, ldw, wstep int, x []float32, ldx int, dst []float32, ldo int, after func()) {
 	ps := accPiece / fam.E
 	if steps <= ps {
