@@ -137,11 +137,24 @@ func genDotNamed(a arch, k wkind, R, T int, name string, prefetch bool) {
 	TESTQ(n, n)
 	JZ(LabelRef("reduce"))
 	Label("loop")
-	E := dotStepElems(a, k)
-	var d []VecVirtual
 	if prefetch {
 		a.prefetchNextRows(k, w, R)
 	}
+	a.dotLoopStep(k, w, x, acc)
+	a.next(n, "reduce", span, "loop", acc, out, k == wI8)
+
+	a.finish(acc, out, k == wI8)
+}
+
+// dotLoopStep emits one step of a dot-form kernel (dotStepElems weights of
+// each row of acc[0], each token of acc) and advances w and x past it:
+// each weight vector loaded and converted once and used for every token,
+// each token vector once for every row. The span kernels and the piece
+// kernels (genDotAcc) share it, so their accumulators get the same chains.
+func (a arch) dotLoopStep(k wkind, w, x *strided, acc [][]VecVirtual) {
+	T, R := len(acc), len(acc[0])
+	E := dotStepElems(a, k)
+	var d []VecVirtual
 	for u := 0; u < E/a.V; u++ {
 		if k == wQ8 && u*a.V%32 == 0 {
 			// A new block: its scale d for every row.
@@ -168,9 +181,6 @@ func genDotNamed(a arch, k wkind, R, T int, name string, prefetch bool) {
 	}
 	w.advance(dotStepBytes(a, k))
 	x.advance(4 * E)
-	a.next(n, "reduce", span, "loop", acc, out, k == wI8)
-
-	a.finish(acc, out, k == wI8)
 }
 
 // prefetchNextRows prefetches this step's lines of the R rows after the
@@ -499,23 +509,7 @@ func genDotAcc(a arch, k wkind, m, R, T int) {
 		}
 	}
 	Label("loop")
-	E := dotStepElems(a, k)
-	for u := 0; u < E/a.V; u++ {
-		wv := make([]VecVirtual, R)
-		for r := range wv {
-			wv[r] = a.vec()
-			a.loadW(k, w, r, u, wv[r])
-		}
-		for t := 0; t < T; t++ {
-			xv := a.vec()
-			VMOVUPS(x.at(t, 4*a.V*u), xv)
-			for r := 0; r < R; r++ {
-				VFMADD231PS(wv[r], xv, acc[t][r])
-			}
-		}
-	}
-	w.advance(dotStepBytes(a, k))
-	x.advance(4 * E)
+	a.dotLoopStep(k, w, x, acc)
 	DECQ(n)
 	JNZ(LabelRef("loop"))
 	if m == accEnd {
