@@ -223,7 +223,8 @@ const q8TwoPassTokens = 48
 
 // q8TwoPass turns that route on: set at start-up where it was measured
 // faster (Intel; on AMD Zen, whose four vector pipes make the in-register
-// dequantisation cheaper, it is unmeasured and stays off).
+// dequantisation cheaper, it stays off: no faster on Zen 4, figures in
+// bench/README.md, unmeasured on Zen 5).
 var q8TwoPass bool
 
 // tile returns the kernel for a tile of R rows (fam.R or 1) and T tokens
@@ -343,20 +344,22 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 var noFused bool
 
 // fusedPastN makes the fused kernels take products of more than N tokens
-// too (fusesPastN's types), on CPUs whose L1 data cache is under 48 KiB:
-// there the two-pass path's float32 span of a tile (4 rows × dotSpan, 32
-// KiB) fills L1 and the tokens' activations evict it. With 48 KiB (Zen 5,
-// Intel since Ice Lake) the two-pass path measured faster past N. Set at
-// start-up.
+// too (fusesPastN's types), on CPUs whose L1 data cache is under 48 KiB
+// (Zen 4): there the two-pass path's float32 span of a tile (4 rows ×
+// dotSpan, 32 KiB) fills L1 and the tokens' activations evict it. With 48
+// KiB (Zen 5, Intel since Ice Lake) the two-pass path measured faster past
+// N for every type. Set at start-up.
 var fusedPastN bool
 
 // fusesPastN reports whether t's fused kernels beat the two-pass path past
-// N tokens where fusedPastN holds: not Q5_K (slower on 6144×6144, a Q4_K_M
-// file's attn_output) nor the codebook i-quants, whose grid lookups cost
-// more a weight than a tile's float32 span costs once for many tokens
-// (figures: bench/README.md).
+// N tokens where fusedPastN holds: Q4_0 and Q4_K, whose one-token kernels
+// are the cheapest a weight. The others' fused kernels (Q6_K, Q2_K, Q3_K,
+// Q5_K, the legacy and IQ4 types, the codebook i-quants) cost more a
+// weight than decoding a tile's float32 span once for many tokens, which
+// since the pieced F32 tiles beats them on Zen 4 too (figures:
+// bench/README.md).
 func fusesPastN(t tensor.DType) bool {
-	return t != tensor.Q5_K && codebookFactor(t) == 0
+	return t == tensor.Q4_0 || t == tensor.Q4_K
 }
 
 // fusedFamily returns the fused kernels of t, or nil.

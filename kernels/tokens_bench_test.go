@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -26,22 +27,77 @@ func BenchmarkGEMMTokens(b *testing.B) {
 	const out, in = 2048, 6144
 	for _, c := range []benchCase{{name: "Q8_0", dt: tensor.Q8_0}, {name: "F16", dt: tensor.F16}, {name: "F32", dt: tensor.F32}, {name: "Q4_K", dt: tensor.Q4_K}} {
 		mats := benchMats(c, out, in, 0)
+		// Q8_0 both ways past q8TwoPassTokens: in registers and through
+		// float32 tiles (q8TwoPass, chosen per CPU vendor).
+		routes := []bool{q8TwoPass}
+		if c.dt == tensor.Q8_0 {
+			routes = []bool{false, true}
+		}
 		for _, n := range []int{32, 48, 96, 256, 1024} {
 			// Rows 64-byte aligned, as the model's buffers are (randInputs
 			// misaligns them by 4 bytes, which costs the F32 kernels 20 %).
 			x := randInputs(rand.New(rand.NewPCG(2, 2)), n+1, in)[in-1:][:n*in]
 			dst := make([]float32, n*out)
-			b.Run(c.name+"/"+strconv.Itoa(n), func(b *testing.B) {
-				runtimeLockOSThread()
-				defer runtimeUnlockOSThread()
-				c0 := threadCPU()
-				for b.Loop() {
-					MatMulRows(dst, x, n, &mats[0], 0, out)
+			for _, two := range routes {
+				name := c.name + "/" + strconv.Itoa(n)
+				if len(routes) > 1 {
+					name = c.name + "/twopass=" + strconv.FormatBool(two) + "/" + strconv.Itoa(n)
 				}
-				b.ReportMetric(2*float64(n*out*in)*float64(b.N)/(threadCPU()-c0).Seconds()/1e9, "GFLOP/s-cpu")
-			})
+				b.Run(name, func(b *testing.B) {
+					defer func(v bool) { q8TwoPass = v }(q8TwoPass)
+					q8TwoPass = two
+					runtimeLockOSThread()
+					defer runtimeUnlockOSThread()
+					c0 := threadCPU()
+					for b.Loop() {
+						MatMulRows(dst, x, n, &mats[0], 0, out)
+					}
+					b.ReportMetric(2*float64(n*out*in)*float64(b.N)/(threadCPU()-c0).Seconds()/1e9, "GFLOP/s-cpu")
+				})
+			}
 		}
 	}
 }
 
 var runtimeLockOSThread, runtimeUnlockOSThread = runtime.LockOSThread, runtime.UnlockOSThread
+
+// BenchmarkFusedPastN times one thread's prefill product of each type with
+// fused kernels past their N tokens both ways, the fused kernels
+// (fusedMatMul; dequantMatMul takes them where fusedPastN and fusesPastN
+// say) and the two-pass path, on an expert's real-shape gate (2048×6144 of
+// its 32768 rows) and down (1024×32768) matrices, active kernels.
+func BenchmarkFusedPastN(b *testing.B) {
+	ks := active
+	types := []tensor.DType{tensor.Q4_0, tensor.Q4_K, tensor.Q6_K, tensor.Q2_K, tensor.Q3_K, tensor.Q5_K,
+		tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.IQ4_NL, tensor.IQ4_XS}
+	for _, sh := range []struct{ out, in int }{{2048, 6144}, {1024, 32768}} {
+		for _, dt := range types {
+			ff := ks.fusedFamily(dt)
+			if ff == nil {
+				continue
+			}
+			mats := benchMats(benchCase{dt: dt}, sh.out, sh.in, 0)
+			m := &mats[0]
+			for _, n := range []int{64, 256} {
+				x := randInputs(rand.New(rand.NewPCG(2, 2)), n+1, sh.in)[sh.in-1:][:n*sh.in]
+				dst := make([]float32, n*sh.out)
+				for _, fused := range []bool{true, false} {
+					b.Run(fmt.Sprintf("%dx%d/%v/%d/fused=%v", sh.out, sh.in, dt, n, fused), func(b *testing.B) {
+						runtimeLockOSThread()
+						defer runtimeUnlockOSThread()
+						c0 := threadCPU()
+						for b.Loop() {
+							clear(dst)
+							if fused {
+								fusedMatMul(dst, x, n, m, 0, sh.out, ff, m.stride())
+							} else {
+								ks.dequantTwoPass(dst, x, n, m, 0, sh.out)
+							}
+						}
+						b.ReportMetric(2*float64(n*sh.out*sh.in)*float64(b.N)/(threadCPU()-c0).Seconds()/1e9, "GFLOP/s-cpu")
+					})
+				}
+			}
+		}
+	}
+}
