@@ -46,13 +46,7 @@ func BenchmarkGEMMTokens(b *testing.B) {
 				b.Run(name, func(b *testing.B) {
 					defer func(v bool) { q8TwoPass = v }(q8TwoPass)
 					q8TwoPass = two
-					runtimeLockOSThread()
-					defer runtimeUnlockOSThread()
-					c0 := threadCPU()
-					for b.Loop() {
-						MatMulRows(dst, x, n, &mats[0], 0, out)
-					}
-					b.ReportMetric(2*float64(n*out*in)*float64(b.N)/(threadCPU()-c0).Seconds()/1e9, "GFLOP/s-cpu")
+					gemmCPU(b, n, out, in, func() { MatMulRows(dst, x, n, &mats[0], 0, out) })
 				})
 			}
 		}
@@ -60,6 +54,19 @@ func BenchmarkGEMMTokens(b *testing.B) {
 }
 
 var runtimeLockOSThread, runtimeUnlockOSThread = runtime.LockOSThread, runtime.UnlockOSThread
+
+// gemmCPU runs product, one of n tokens by an out×in matrix, on a locked
+// thread and reports its GFLOP/s by the thread's CPU time (a shared
+// machine's wall time says little about one thread's loop).
+func gemmCPU(b *testing.B, n, out, in int, product func()) {
+	runtimeLockOSThread()
+	defer runtimeUnlockOSThread()
+	c0 := threadCPU()
+	for b.Loop() {
+		product()
+	}
+	b.ReportMetric(2*float64(n*out*in)*float64(b.N)/(threadCPU()-c0).Seconds()/1e9, "GFLOP/s-cpu")
+}
 
 // BenchmarkFusedPastN times one thread's prefill product of each type with
 // fused kernels past their N tokens both ways, the fused kernels
@@ -83,18 +90,14 @@ func BenchmarkFusedPastN(b *testing.B) {
 				dst := make([]float32, n*sh.out)
 				for _, fused := range []bool{true, false} {
 					b.Run(fmt.Sprintf("%dx%d/%v/%d/fused=%v", sh.out, sh.in, dt, n, fused), func(b *testing.B) {
-						runtimeLockOSThread()
-						defer runtimeUnlockOSThread()
-						c0 := threadCPU()
-						for b.Loop() {
-							clear(dst)
+						gemmCPU(b, n, sh.out, sh.in, func() {
+							clear(dst) // both paths add to it
 							if fused {
 								fusedMatMul(dst, x, n, m, 0, sh.out, ff, m.stride())
 							} else {
 								ks.dequantTwoPass(dst, x, n, m, 0, sh.out)
 							}
-						}
-						b.ReportMetric(2*float64(n*sh.out*sh.in)*float64(b.N)/(threadCPU()-c0).Seconds()/1e9, "GFLOP/s-cpu")
+						})
 					})
 				}
 			}
