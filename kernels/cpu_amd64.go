@@ -39,6 +39,7 @@ func init() {
 			v := *s
 			v.name, v.int8, v.fast, v.widen, v.quant16, v.quantS16 = "AVX512VNNI", &intVNNI, &fastVNNI, &widenVNNI, quant16VNNI, quantS16VNNI
 			v.intPeak, v.widenCB = intPeakVNNI, &widenCBVNNI
+			v.store, v.storeScaled = fastStoreVNNI, fastStoreScaledVNNI
 			// The same with the block decoders tuned for Zen's two
 			// shuffle pipes (AVX-512 with VNNI: Zen 4 and 5), listed
 			// everywhere so that tests cover it, best only on AMD.

@@ -75,6 +75,10 @@ type (
 	// float32 scales for the fast tile: (dst *byte, ds *float32, w *byte,
 	// ldw int, rows int, nb int).
 	widenKernel uint16
+	// fastStoreKernel moves one group's tiles to a fast product's outputs
+	// (fastScatter): (dst *float32, ldd int, tiles *float32, l0, l1, m0,
+	// m1 int, sc *float32).
+	fastStoreKernel uint16
 	// quant16Kernel quantises nb blocks of one token into its lane of a
 	// fastActs group (quantizeBlock16): (x *float32, nb int, dst *byte).
 	quant16Kernel uint16
@@ -219,6 +223,9 @@ type kernelSet struct {
 	fast    *fastFamily
 	widen   *[numFK]widenKernel
 	quant16 quant16Kernel
+	// store and storeScaled are fastScatter's transposes, without and
+	// with the I8 rows' scales.
+	store, storeScaled fastStoreKernel
 	// quantS16 widens the weights fastMatMul decodes to float32 first.
 	quantS16 quantS16Kernel
 	// widenCB widens the codebook i-quants to their integers directly

@@ -556,7 +556,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 					tile(p0, r0, rows, b0, min(span, nbs-b0))
 				})
 			}
-			fastScatter(dst, tiles, t0, t1, Out, p0, p1, nil)
+			ks.scatter(dst, tiles, t0, t1, Out, p0, p1, nil)
 			continue
 		}
 		for s := 0; s < shards; s++ {
@@ -565,11 +565,43 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 					tile(p0, r0, rows, s*nbs+b0, min(span, nbs-b0))
 				})
 				if e := b0 + span; e%(dotSpan/32) == 0 || e >= nbs {
-					fastScatter(dst, tiles, t0, t1, Out, p0, p1, m.Scales[s*Out:(s+1)*Out])
+					ks.scatter(dst, tiles, t0, t1, Out, p0, p1, m.Scales[s*Out:(s+1)*Out])
 					clear(tiles)
 				}
 			}
 		}
+	}
+}
+
+// scatter is fastScatter with the level's transposing kernels (16 rows of
+// a group's 16 tokens at a time) where it has them.
+func (ks *kernelSet) scatter(dst, tiles []float32, t0, t1, Out, p0, p1 int, sc []float32) {
+	var k fastStoreKernel
+	if ks != nil {
+		k = ks.store
+		if sc != nil {
+			k = ks.storeScaled
+		}
+	}
+	if k == 0 {
+		fastScatter(dst, tiles, t0, t1, Out, p0, p1, sc)
+		return
+	}
+	rows := p1 - p0 // 1..fastRows
+	m0, m1 := 1<<min(rows, 16)-1, 0
+	if rows > 16 {
+		m1 = 1<<(rows-16) - 1
+	}
+	var scp *float32
+	if sc != nil {
+		scp = &sc[p0:p1][0]
+	}
+	g0 := t0 / fastLanes
+	for g := g0; g*fastLanes < t1; g++ {
+		l0, l1 := max(t0-g*fastLanes, 0), min(t1-g*fastLanes, fastLanes)
+		tg := tiles[(g-g0)*fastRows*fastLanes:][:fastRows*fastLanes] // the rows the kernel loads
+		_ = dst[(g*fastLanes+l1-1)*Out+p1-1]                         // the last element it writes
+		k.call(&dst[g*fastLanes*Out+p0], 4*Out, &tg[0], l0, l1, m0, m1, scp)
 	}
 }
 

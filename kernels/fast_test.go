@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/grok-go/grok/tensor"
@@ -339,6 +340,49 @@ func TestFastNearExact(t *testing.T) {
 			checkSameBits(t, got, want)
 		}
 	})
+}
+
+// TestFastStoreKernel: the transposing kernels store (or add, times the
+// rows' scales) exactly what fastScatter does, for every row count of a
+// block, token ranges that start and end inside a group, and the outputs
+// around the block left alone.
+func TestFastStoreKernel(t *testing.T) {
+	if active == nil || active.store == 0 {
+		t.Skip("no fast kernels on this machine")
+	}
+	rng := rand.New(rand.NewPCG(21, 22))
+	const n, Out = 50, 77
+	tiles := make([]float32, 4*fastRows*fastLanes)
+	sc := make([]float32, Out)
+	base := make([]float32, n*Out)
+	for _, scaled := range []bool{false, true} {
+		for _, tr := range [][2]int{{0, 50}, {0, 1}, {5, 6}, {3, 37}, {16, 32}, {17, 48}, {47, 50}} {
+			for rows := 1; rows <= fastRows; rows++ {
+				for i := range tiles {
+					tiles[i] = float32(rng.NormFloat64())
+				}
+				for i := range base {
+					base[i] = float32(rng.NormFloat64())
+				}
+				for i := range sc {
+					sc[i] = float32(rng.NormFloat64())
+				}
+				var s []float32
+				if scaled {
+					s = sc
+				}
+				p0 := rng.IntN(Out - rows + 1)
+				want, got := slices.Clone(base), slices.Clone(base)
+				fastScatter(want, tiles, tr[0], tr[1], Out, p0, p0+rows, s)
+				active.scatter(got, tiles, tr[0], tr[1], Out, p0, p0+rows, s)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("scaled %v, tokens %v, rows [%d,%d): output %d (token %d, row %d) = %v, want %v", scaled, tr, p0, p0+rows, i, i/Out, i%Out, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
 }
 
 // TestQuantize16Kernel: the SIMD quantiser lays out exactly the bytes of

@@ -47,6 +47,10 @@ func (widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb i
 	panic(noKernels)
 }
 
+func (fastStoreKernel) call(dst *float32, ldd int, tiles *float32, l0 int, l1 int, m0 int, m1 int, sc *float32) {
+	panic(noKernels)
+}
+
 func (quant16Kernel) call(x *float32, nb int, dst *byte) { panic(noKernels) }
 
 func (quantS16Kernel) call(x *float32, nb int, dst *byte, ds *float32) { panic(noKernels) }

@@ -2808,6 +2808,16 @@ func widenIQ1S_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenIQ1M_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
+// fastStore_VNNI stores tiles' rows of lanes l0..l1-1 to dst + l·ldd, transposed, rows masked by m0 and m1 (kernels.fastScatter).
+//
+//go:noescape
+func fastStore_VNNI(dst *float32, ldd int, tiles *float32, l0 int, l1 int, m0 int, m1 int, sc *float32)
+
+// fastStoreScaled_VNNI adds tiles' rows of lanes l0..l1-1, times their scales at sc, to dst + l·ldd, transposed, rows masked by m0 and m1 (kernels.fastScatter with scales).
+//
+//go:noescape
+func fastStoreScaled_VNNI(dst *float32, ldd int, tiles *float32, l0 int, l1 int, m0 int, m1 int, sc *float32)
+
 // quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
 //
 //go:noescape

@@ -317,6 +317,22 @@ func (k widenKernel) call(dst *byte, ds *float32, w *byte, ldw int, rows int, nb
 }
 
 const (
+	k_fastStore_VNNI fastStoreKernel = iota + 1
+	k_fastStoreScaled_VNNI
+)
+
+func (k fastStoreKernel) call(dst *float32, ldd int, tiles *float32, l0 int, l1 int, m0 int, m1 int, sc *float32) {
+	switch k {
+	case k_fastStore_VNNI:
+		fastStore_VNNI(dst, ldd, tiles, l0, l1, m0, m1, sc)
+	case k_fastStoreScaled_VNNI:
+		fastStoreScaled_VNNI(dst, ldd, tiles, l0, l1, m0, m1, sc)
+	default:
+		panic("kernels: no such kernel")
+	}
+}
+
+const (
 	k_quant16_VNNI quant16Kernel = iota + 1
 )
 
@@ -2087,6 +2103,10 @@ var widenCBVNNI = [numDQ]widenKernel{
 	dqIQ1_S:   k_widenIQ1S_VNNI,
 	dqIQ1_M:   k_widenIQ1M_VNNI,
 }
+
+const fastStoreVNNI = k_fastStore_VNNI
+
+const fastStoreScaledVNNI = k_fastStoreScaled_VNNI
 
 const quant16VNNI = k_quant16_VNNI
 

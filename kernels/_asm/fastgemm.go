@@ -952,8 +952,120 @@ func genFastTable(tb *strings.Builder) {
 		}
 	}
 	fmt.Fprintf(tb, "}\n")
+	fmt.Fprintf(tb, "\nconst fastStoreVNNI = %s\n", fastStoreGroup.add(genFastStore(false)))
+	fmt.Fprintf(tb, "\nconst fastStoreScaledVNNI = %s\n", fastStoreGroup.add(genFastStore(true)))
 	fmt.Fprintf(tb, "\nconst quant16VNNI = %s\n", quant16Group.add(genQuant16()))
 	fmt.Fprintf(tb, "\nconst quantS16VNNI = %s\n", quantS16Group.add(genQuantScaled()))
+}
+
+var fastStoreGroup = newGroup("fastStoreKernel", "dst *float32, ldd int, tiles *float32, l0 int, l1 int, m0 int, m1 int, sc *float32", "dst, ldd, tiles, l0, l1, m0, m1, sc")
+
+// genFastStore emits kernels.fastScatter for one group of 16 tokens: the
+// tiles hold up to 32 rows of 16 lanes ([row][lane], 64 bytes a row); two
+// chunks of 16 rows (row masks m0 and m1, m1 zero for none) are each
+// transposed in registers (64 shuffles for 256 floats) and token l's 16
+// rows, for l0 ≤ l < l1, stored at dst + l·ldd (+64 bytes for the second
+// chunk), or, scaled, added to dst times the rows' scales at sc (the
+// product rounded, then the sum, as the Go twin).
+func genFastStore(scaled bool) string {
+	name := "fastStore_VNNI"
+	if scaled {
+		name = "fastStoreScaled_VNNI"
+	}
+	TEXT(name, NOSPLIT, "func(dst *float32, ldd int, tiles *float32, l0 int, l1 int, m0 int, m1 int, sc *float32)")
+	Pragma("noescape")
+	if scaled {
+		Doc(name + " adds tiles' rows of lanes l0..l1-1, times their scales at sc, to dst + l·ldd, transposed, rows masked by m0 and m1 (kernels.fastScatter with scales).")
+	} else {
+		Doc(name + " stores tiles' rows of lanes l0..l1-1 to dst + l·ldd, transposed, rows masked by m0 and m1 (kernels.fastScatter).")
+	}
+	dst := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	tiles := Load(Param("tiles"), GP64())
+	l0 := Load(Param("l0"), GP64())
+	l1 := Load(Param("l1"), GP64())
+	var sc Register
+	if scaled {
+		sc = Load(Param("sc"), GP64())
+	}
+	for c := 0; c < 2; c++ {
+		m := GP64()
+		Load(Param([]string{"m0", "m1"}[c]), m)
+		if c == 1 {
+			TESTQ(m, m)
+			JZ(LabelRef("done"))
+		}
+		k := K()
+		KMOVW(m.As32(), k)
+		var r [16]VecVirtual
+		for i := range r {
+			r[i] = ZMM()
+			VMOVUPS(Mem{Base: tiles, Disp: 64 * (16*c + i)}, r[i])
+		}
+		// Pairs of rows interleaved, then quads: c4[m][q] holds in its
+		// 128-bit lane j the rows 4q..4q+3 of token 4j+m.
+		var t [16]VecVirtual
+		for i := 0; i < 16; i += 2 {
+			t[i], t[i+1] = ZMM(), ZMM()
+			VUNPCKLPS(r[i+1], r[i], t[i])
+			VUNPCKHPS(r[i+1], r[i], t[i+1])
+		}
+		var c4 [4][4]VecVirtual
+		for q := 0; q < 4; q++ {
+			for h := 0; h < 2; h++ {
+				a, b := t[4*q+h], t[4*q+2+h]
+				c4[2*h][q], c4[2*h+1][q] = ZMM(), ZMM()
+				VUNPCKLPD(b, a, c4[2*h][q])
+				VUNPCKHPD(b, a, c4[2*h+1][q])
+			}
+		}
+		// Then the 4×4 of 128-bit lanes of each m: token 4j+m.
+		var out [16]VecVirtual
+		for mm := 0; mm < 4; mm++ {
+			x := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
+			VSHUFF32X4(U8(0x44), c4[mm][1], c4[mm][0], x[0])
+			VSHUFF32X4(U8(0xee), c4[mm][1], c4[mm][0], x[1])
+			VSHUFF32X4(U8(0x44), c4[mm][3], c4[mm][2], x[2])
+			VSHUFF32X4(U8(0xee), c4[mm][3], c4[mm][2], x[3])
+			for j := 0; j < 4; j++ {
+				o := ZMM()
+				VSHUFF32X4(U8([]uint8{0x88, 0xdd}[j%2]), x[2+j/2], x[j/2], o)
+				out[4*j+mm] = o
+			}
+		}
+		var s VecVirtual
+		if scaled {
+			s = ZMM()
+			VMOVUPS_Z(Mem{Base: sc, Disp: 64 * c}, k, s)
+		}
+		p := GP64()
+		MOVQ(dst, p)
+		for l := 0; l < 16; l++ {
+			skip := fmt.Sprintf("skip%d_%d", c, l)
+			CMPQ(l0, U8(l))
+			JG(LabelRef(skip))
+			CMPQ(l1, U8(l))
+			JLE(LabelRef(skip))
+			at := Mem{Base: p, Disp: 64 * c}
+			if scaled {
+				d := ZMM()
+				VMULPS(s, out[l], out[l])
+				VMOVUPS_Z(at, k, d)
+				VADDPS(out[l], d, d)
+				VMOVUPS(d, k, at)
+			} else {
+				VMOVUPS(out[l], k, at)
+			}
+			Label(skip)
+			if l < 15 {
+				ADDQ(ldd, p)
+			}
+		}
+	}
+	Label("done")
+	VZEROUPPER()
+	RET()
+	return name
 }
 
 var (
