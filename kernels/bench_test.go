@@ -302,23 +302,25 @@ func BenchmarkDecodeL2(b *testing.B) {
 }
 
 // BenchmarkGEMMPrecision compares Exact and Fast prefill products on the
-// active kernels: the medium model's expert (n 128, 4096×1536) and a
+// active kernels: the medium model's expert (n 128, 4096×1536), a
 // real-shape expert's share of a 64-token prompt (n 16, 32768 rows cut to
-// 2048 × 6144).
+// 2048 × 6144), and of a 256-token one with its weights read from memory
+// (n 64, copies of the matrix filling 512 MiB, one after another).
 func BenchmarkGEMMPrecision(b *testing.B) {
 	for _, s := range []struct {
 		name       string
 		n, out, in int
-	}{{"medium", 128, 4096, 1536}, {"grok1", 16, 2048, 6144}} {
+		total      int
+	}{{"medium", 128, 4096, 1536, 0}, {"grok1", 16, 2048, 6144, 0}, {"grok1-memory", 64, 2048, 6144, 512 << 20}} {
 		for _, c := range []benchCase{{name: "Q8_0", dt: tensor.Q8_0}, {name: "I8", dt: tensor.I8, shards: 1}} {
-			mats := benchMats(c, s.out, s.in, 0)
+			mats := benchMats(c, s.out, s.in, s.total)
 			x := randInputs(rand.New(rand.NewPCG(2, 2)), s.n, s.in)
 			dst := make([]float32, s.n*s.out)
 			for _, p := range []Precision{Exact, Fast} {
 				b.Run(s.name+"/"+c.name+"/"+p.String(), func(b *testing.B) {
 					start := time.Now()
-					for b.Loop() {
-						MatMulRowsP(dst, x, s.n, &mats[0], 0, s.out, p)
+					for i := 0; b.Loop(); i++ {
+						MatMulRowsP(dst, x, s.n, &mats[i%len(mats)], 0, s.out, p)
 					}
 					b.ReportMetric(2*float64(s.n*s.out*s.in)*float64(b.N)/time.Since(start).Seconds()/1e9, "GFLOP/s")
 				})

@@ -420,11 +420,12 @@ const fastSpan = 512
 // every I8 shard), each span in tiles of the kernels' R rows (single rows
 // at the end of the range): a tile's span of weights is widened to int16
 // once (widenKernel, into L1) and meets every group of tokens there, so
-// each weight byte is read from memory once per call. A kernel call adds
-// the span's sums to the block's float32 tiles, which thus receive the
-// spans in order from zero, the same order for every token in any batch;
-// the block is then stored to dst, a cache line of each token's outputs at
-// a time. I8 instead adds the tiles to dst times the shard's scale after
+// each weight byte is read from memory once per call; the tile's first
+// kernel call prefetches the next tile's weights as it multiplies. A
+// kernel call adds the span's sums to the block's float32 tiles, which
+// thus receive the spans in order from zero, the same order for every
+// token in any batch; the block is then stored to dst, transposed 16 rows
+// of 16 tokens at a time (fastStoreKernel). I8 instead adds the tiles to dst times the shard's scale after
 // every dotSpan elements of the shard and at its end (each product
 // rounded, as the exact path does).
 func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, lo, hi int) {
@@ -485,7 +486,8 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	// tile widens rows [r0, r0+rows) of the block starting at p0, blocks
 	// [kb, kb+nb), and runs the kernel (or its twin) over every group.
 	bs, bb := m.Type.BlockSize(), m.Type.BlockBytes() // weightOffset's, without its lookups a tile (1.5 % of a prefill)
-	tile := func(p0, r0, rows, kb, nb int) {
+	pfStep := (32*bb + bs - 1) / bs                   // bytes of weights a block of 32, rounded up
+	tile := func(p0, r0, rows, kb, nb int, next []byte) {
 		w := m.Data[r0*rb+kb*32/bs*bb:]
 		switch {
 		case decoded:
@@ -500,6 +502,12 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		dm := ds[parts*rows*nb:] // mins, for the types with mins
 		for g := g0; g < g1; g += V {
 			v := min(V, g1-g)
+			// The first call prefetches the next tile's weights (rows
+			// rb apart); the others the same line again, from L1.
+			pf, pfld, pfs := &ws[0], 0, 0
+			if g == g0 && next != nil {
+				pf, pfld, pfs = &next[0], rb, pfStep
+			}
 			xo := g*a.stride() + kb*fastBlock
 			out := tiles[(g-g0)*gsz+(r0-p0)*fastLanes:]
 			switch {
@@ -514,36 +522,49 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 				if rows < R {
 					kern = fam.oneHM
 				}
-				kern[v-1].call(&ws[0], nb*64, &ds[0], &dm[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
+				kern[v-1].call(&ws[0], nb*64, &ds[0], &dm[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			case halves:
 				kern := fam.fullH
 				if rows < R {
 					kern = fam.oneH
 				}
-				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
+				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			case mins:
 				kern := fam.fullM
 				if rows < R {
 					kern = fam.oneM
 				}
-				kern[v-1].call(&ws[0], nb*64, &ds[0], &dm[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
+				kern[v-1].call(&ws[0], nb*64, &ds[0], &dm[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			default:
 				kern := fam.full
 				if rows < R {
 					kern = fam.one
 				}
-				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz)
+				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			}
 		}
 	}
-	// each calls f(r0, rows) for the tiles of the block [p0, p1).
-	each := func(p0, p1 int, f func(r0, rows int)) {
+	// each calls f(r0, rows, next) for the tiles of the block [p0, p1) at
+	// block kb, next the weights of the tile after it (nil for the last;
+	// at the block's end the first tile of kb+span, or else of the next
+	// block of rows from block 0; the scaled types' kb goes shard by shard).
+	each := func(p0, p1, kb int, f func(r0, rows int, next []byte)) {
+		at := func(r0, kb int) []byte { return m.Data[r0*rb+kb*32/bs*bb:] }
 		for r0 := p0; r0 < p1; {
 			rows := R
 			if p1-r0 < R {
 				rows = 1
 			}
-			f(r0, rows)
+			var next []byte
+			switch {
+			case r0+rows < p1:
+				next = at(r0+rows, kb)
+			case kb+span < nbs*shards:
+				next = at(p0, min(kb+span, (kb/nbs+1)*nbs))
+			case p1 < hi:
+				next = at(p1, 0)
+			}
+			f(r0, rows, next)
 			r0 += rows
 		}
 	}
@@ -552,8 +573,8 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		clear(tiles)
 		if !scaled {
 			for b0 := 0; b0 < nbs; b0 += span {
-				each(p0, p1, func(r0, rows int) {
-					tile(p0, r0, rows, b0, min(span, nbs-b0))
+				each(p0, p1, b0, func(r0, rows int, next []byte) {
+					tile(p0, r0, rows, b0, min(span, nbs-b0), next)
 				})
 			}
 			ks.scatter(dst, tiles, t0, t1, Out, p0, p1, nil)
@@ -561,8 +582,8 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		}
 		for s := 0; s < shards; s++ {
 			for b0 := 0; b0 < nbs; b0 += span {
-				each(p0, p1, func(r0, rows int) {
-					tile(p0, r0, rows, s*nbs+b0, min(span, nbs-b0))
+				each(p0, p1, s*nbs+b0, func(r0, rows int, next []byte) {
+					tile(p0, r0, rows, s*nbs+b0, min(span, nbs-b0), next)
 				})
 				if e := b0 + span; e%(dotSpan/32) == 0 || e >= nbs {
 					ks.scatter(dst, tiles, t0, t1, Out, p0, p1, m.Scales[s*Out:(s+1)*Out])

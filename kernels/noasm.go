@@ -39,7 +39,7 @@ func (dequantKernel) call(dst *float32, src *byte, n int) { panic(noKernels) }
 
 func (widenVecKernel) call(dst *float32, src *byte, n int) { panic(noKernels) }
 
-func (fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
 	panic(noKernels)
 }
 
@@ -55,14 +55,14 @@ func (quant16Kernel) call(x *float32, nb int, dst *byte) { panic(noKernels) }
 
 func (quantS16Kernel) call(x *float32, nb int, dst *byte, ds *float32) { panic(noKernels) }
 
-func (fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
 	panic(noKernels)
 }
 
-func (fastHKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (fastHKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
 	panic(noKernels)
 }
 
-func (fastHMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (fastHMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
 	panic(noKernels)
 }

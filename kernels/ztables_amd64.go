@@ -165,16 +165,16 @@ const (
 	k_fast16hm_1x2_VNNI
 )
 
-func (k fastHMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (k fastHMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
 	switch k {
 	case k_fast16hm_4x1_VNNI:
-		fast16hm_4x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+		fast16hm_4x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16hm_1x1_VNNI:
-		fast16hm_1x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+		fast16hm_1x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16hm_4x2_VNNI:
-		fast16hm_4x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+		fast16hm_4x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16hm_1x2_VNNI:
-		fast16hm_1x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+		fast16hm_1x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -187,16 +187,16 @@ const (
 	k_fast16h_1x2_VNNI
 )
 
-func (k fastHKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (k fastHKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
 	switch k {
 	case k_fast16h_4x1_VNNI:
-		fast16h_4x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+		fast16h_4x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16h_1x1_VNNI:
-		fast16h_1x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+		fast16h_1x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16h_4x2_VNNI:
-		fast16h_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+		fast16h_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16h_1x2_VNNI:
-		fast16h_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+		fast16h_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -209,16 +209,16 @@ const (
 	k_fast16m_1x2_VNNI
 )
 
-func (k fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (k fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
 	switch k {
 	case k_fast16m_4x1_VNNI:
-		fast16m_4x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+		fast16m_4x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16m_1x1_VNNI:
-		fast16m_1x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+		fast16m_1x1_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16m_4x2_VNNI:
-		fast16m_4x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+		fast16m_4x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16m_1x2_VNNI:
-		fast16m_1x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo)
+		fast16m_1x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -231,16 +231,16 @@ const (
 	k_fast16_1x2_VNNI
 )
 
-func (k fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int) {
+func (k fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
 	switch k {
 	case k_fast16_4x1_VNNI:
-		fast16_4x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+		fast16_4x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_1x1_VNNI:
-		fast16_1x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+		fast16_1x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_4x2_VNNI:
-		fast16_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+		fast16_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_1x2_VNNI:
-		fast16_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo)
+		fast16_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}

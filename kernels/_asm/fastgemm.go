@@ -40,10 +40,10 @@ const (
 )
 
 var (
-	fastHMGroup = newGroup("fastHMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo")
-	fastHGroup  = newGroup("fastHKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
-	fastMGroup  = newGroup("fastMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo")
-	fastGroup   = newGroup("fastKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo")
+	fastHMGroup = newGroup("fastHMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep")
+	fastHGroup  = newGroup("fastHKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep")
+	fastMGroup  = newGroup("fastMKernel", "ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int", "ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep")
+	fastGroup   = newGroup("fastKernel", "ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int", "ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep")
 	widenGroup  = newGroup("widenKernel", "dst *byte, ds *float32, w *byte, ldw int, rows int, nb int", "dst, ds, w, ldw, rows, nb")
 )
 
@@ -70,9 +70,9 @@ func genFast(R, V int, fv fastVariant) {
 	mins, halves := fv == fvMins || fv == fvHalvesMins, fv == fvHalves || fv == fvHalvesMins
 	name := fastName(R, V, fv)
 	if mins {
-		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)")
+		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)")
 	} else {
-		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int)")
+		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)")
 	}
 	Pragma("noescape")
 	extra := ""
@@ -85,8 +85,8 @@ func genFast(R, V int, fv fastVariant) {
 	if halves && mins {
 		extra = " + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights)"
 	}
-	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs).",
-		name, extra, R, V))
+	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its %d rows r.",
+		name, extra, R, V, R))
 	ws := newStrided(Load(Param("ws"), GP64()), Load(Param("ldw"), GP64()), R)
 	ldd := Load(Param("ldd"), GP64())
 	ds := newStrided(Load(Param("ds"), GP64()), ldd, R)
@@ -97,8 +97,21 @@ func genFast(R, V int, fv fastVariant) {
 	xa := Load(Param("xa"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	nb := Load(Param("nb"), GP64())
-	outp := Load(Param("out"), GP64())
-	ldo := Load(Param("ldo"), GP64())
+	// The next tile's weights, a few lines a block, so that they arrive
+	// while this tile multiplies: the widening that follows would wait on
+	// memory with the vector units idle (the hardware prefetchers do not
+	// follow tiles of rows a few KiB apart, and a burst of prefetches
+	// there stalls as its misses do).
+	pf, pfld := Load(Param("pf"), GP64()), Load(Param("pfld"), GP64())
+	var pf2 GPVirtual
+	if R > 3 {
+		pf2 = GP64()
+		LEAQ(Mem{Base: pf, Index: pfld, Scale: 1}, pf2)
+	}
+	pfstep, err := Param("pfstep").Resolve()
+	if err != nil {
+		panic(err)
+	}
 	xat := func(v, off int) Mem {
 		if v == 0 {
 			return Mem{Base: xa, Disp: off}
@@ -114,6 +127,20 @@ func genFast(R, V int, fv fastVariant) {
 		}
 	}
 	Label("loop")
+	for r := 0; r < R; r++ {
+		switch r {
+		case 0:
+			PREFETCHT0(Mem{Base: pf})
+		case 3:
+			PREFETCHT0(Mem{Base: pf2, Index: pfld, Scale: 2})
+		default:
+			PREFETCHT0(Mem{Base: pf, Index: pfld, Scale: uint8(r)})
+		}
+	}
+	ADDQ(pfstep.Addr, pf)
+	if R > 3 {
+		ADDQ(pfstep.Addr, pf2)
+	}
 	// Pairs [p0, p1) of the block into fresh accumulators, then added
 	// with scale (ds row offset) so: the whole block at once, or with
 	// halves each 16 weights with its own scale; and with mins, each min
@@ -216,6 +243,8 @@ func genFast(R, V int, fv fastVariant) {
 	ADDQ(U32(fastBlock), xa)
 	DECQ(nb)
 	JNZ(LabelRef("loop"))
+	outp := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
 	for r := 0; r < R; r++ {
 		for v := 0; v < V; v++ {
 			m := Mem{Base: outp, Disp: 64 * r}
@@ -301,25 +330,6 @@ func widenNextSuperBlock(j Register, ptrs []Register, steps []int) {
 	JNZ(LabelRef("sb"))
 }
 
-// widenLead returns the bytes from a weight to the one at the same offset
-// of the next tile of rows: rows·ldw.
-func widenLead(ldw, rows Register) Register {
-	lead := GP64()
-	MOVQ(ldw, lead)
-	IMULQ(rows, lead)
-	return lead
-}
-
-// widenPrefetch prefetches, at the start of a super-block of sb bytes at
-// p, the same super-block 8 on in the row and the one at the same offset
-// of the next tile of rows (widenLead).
-func widenPrefetch(p, lead Register, sb int) {
-	for o := 0; o < sb; o += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: 8*sb + o})
-		PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1, Disp: o})
-	}
-}
-
 // widenNextRow ends a widening kernel's row loop (label "row") and the
 // function: the next weight row, until rows are done.
 func widenNextRow(w, ldw, rows Register) {
@@ -399,16 +409,7 @@ func genWiden(k fkind) string {
 			VMOVDQU(avx512.constVec("bytes10", 0x10101010), b1)
 		}
 	}
-	lead := widenLead(ldw, rows)
 	p, j := widenRowStart(w, nb, "blk")
-	// The caller widens a tile of rows one span at a time, every tile of
-	// a block of rows at that span before the next span: fetch this row's
-	// line a few spans on, and the line at the same offset of the next
-	// tile, which starts the next block's rows when this is the block's
-	// last tile (rows of a few KiB are too short a run for the hardware
-	// prefetcher).
-	PREFETCHT0(Mem{Base: p, Disp: 64 * step})
-	PREFETCHT0(Mem{Base: p, Index: lead, Scale: 1})
 	z := ZMM()
 	switch {
 	case k == fQ8 || k == fI8:
@@ -509,9 +510,7 @@ func genWidenQK(q5 bool) string {
 	}
 	sign := XMM()
 	VMOVSS(avx512.constVec("signmask", 0x80000000), sign)
-	lead := widenLead(ldw, rows)
 	p, j := widenRowStart(w, nb, "sb")
-	widenPrefetch(p, lead, sbBytes)
 	d, dmin := XMM(), XMM()
 	g := GP32()
 	MOVWLZX(Mem{Base: p}, g)
@@ -604,9 +603,7 @@ func genWidenQ6K() string {
 	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), m0f)
 	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
 	VMOVDQU(avx512.constVec("bytes20", 0x20202020), c32)
-	lead := widenLead(ldw, rows)
 	p, j := widenRowStart(w, nb, "sb")
-	widenPrefetch(p, lead, 210)
 	for n := 0; n < 2; n++ {
 		l0, l1, h := YMM(), YMM(), YMM()
 		VMOVDQU(Mem{Base: p, Disp: 64 * n}, l0)
@@ -666,9 +663,7 @@ func genWidenIQ4XS() string {
 	mask, tbl := XMM(), XMM()
 	VMOVDQU(avx512.constVec("bytes0f", 0x0f0f0f0f), mask)
 	VMOVDQU((&dq{a: avx512}).levels(), tbl)
-	lead := widenLead(ldw, rows)
 	p, j := widenRowStart(w, nb, "sb")
-	widenPrefetch(p, lead, 136)
 	d := XMM()
 	g := GP32()
 	MOVWLZX(Mem{Base: p}, g)
@@ -729,9 +724,7 @@ func genWidenQ3K() string {
 	VMOVDQU(avx512.constVec("bytes04", 0x04040404), c4)
 	c32 := ZMM()
 	VMOVDQU32(avx512.constVec("dw32", 32), c32)
-	lead := widenLead(ldw, rows)
 	p, j := widenRowStart(w, nb, "sb")
-	widenPrefetch(p, lead, 110)
 	hm := YMM()
 	VMOVDQU(Mem{Base: p}, hm)
 	for n := 0; n < 2; n++ {
@@ -827,9 +820,7 @@ func genWidenQ2K() string {
 		sh[i] = 8 // the second half's scale is the high byte of the pair
 	}
 	VMOVDQU32(avx512.constWords("q2k_halfshift", sh), halfShift)
-	lead := widenLead(ldw, rows)
 	p, j := widenRowStart(w, nb, "sb")
-	widenPrefetch(p, lead, 84)
 	for n := 0; n < 2; n++ {
 		q := YMM()
 		VMOVDQU(Mem{Base: p, Disp: 16 + 32*n}, q)
@@ -903,10 +894,8 @@ func genWidenCB(k dqkind) string {
 	inv := XMM()
 	VMOVSS(a.constVec(fmt.Sprintf("inv%g", F), math.Float32bits(1/F)), inv)
 	SHRQ(U8(3), nb) // super-blocks
-	lead := widenLead(ldw, rows)
 	bytes := dqBlock[k].bytes
 	p, j := widenRowStart(w, nb, "sb")
-	widenPrefetch(p, lead, bytes)
 	g.src, g.dst = p, dst
 	g.iquant(k)
 	d := XMM()
