@@ -425,9 +425,9 @@ const fastSpan = 512
 // kernel call adds the span's sums to the block's float32 tiles, which
 // thus receive the spans in order from zero, the same order for every
 // token in any batch; the block is then stored to dst, transposed 16 rows
-// of 16 tokens at a time (fastStoreKernel). I8 instead adds the tiles to dst times the shard's scale after
-// every dotSpan elements of the shard and at its end (each product
-// rounded, as the exact path does).
+// of 16 tokens at a time (fastStoreKernel). I8 instead adds the tiles to
+// dst times the shard's scale after every dotSpan elements of the shard
+// and at its end (each product rounded, as the exact path does).
 func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, lo, hi int) {
 	if g := fastTokenGroup; t1-t0 > g {
 		// As dotAdd's tokenGroup: past it a span's activations of all the
