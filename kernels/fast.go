@@ -394,7 +394,8 @@ func getF32(b []byte) float32 {
 }
 
 // A fastFamily is the fast product kernels: R rows (full) or 1 row (one)
-// by 1..V vectors of 16 tokens (index V-1).
+// by 1..V vectors of 16 tokens, at index v-1, and at V+v-1 the same with
+// the last vector's first 8 tokens only (for a last group of at most 8).
 type fastFamily struct {
 	R, V        int
 	full, one   []fastKernel
@@ -421,7 +422,8 @@ const fastSpan = 512
 // at the end of the range): a tile's span of weights is widened to int16
 // once (widenKernel, into L1) and meets every group of tokens there, so
 // each weight byte is read from memory once per call; the tile's first
-// kernel call prefetches the next tile's weights as it multiplies. A
+// kernel call prefetches the next tile's weights as it multiplies, and a
+// last group of at most 8 tokens goes through the kernels of 8 lanes. A
 // kernel call adds the span's sums to the block's float32 tiles, which
 // thus receive the spans in order from zero, the same order for every
 // token in any batch; the block is then stored to dst, transposed 16 rows
@@ -502,6 +504,10 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 		dm := ds[parts*rows*nb:] // mins, for the types with mins
 		for g := g0; g < g1; g += V {
 			v := min(V, g1-g)
+			k := v - 1 // the kernel's index in its family
+			if g+v == g1 && t1-(g1-1)*fastLanes <= fastLanes/2 {
+				k += V
+			}
 			// The first call prefetches the next tile's weights (rows
 			// rb apart); the others the same line again, from L1.
 			pf, pfld, pfs := &ws[0], 0, 0
@@ -522,25 +528,25 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 				if rows < R {
 					kern = fam.oneHM
 				}
-				kern[v-1].call(&ws[0], nb*64, &ds[0], &dm[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
+				kern[k].call(&ws[0], nb*64, &ds[0], &dm[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			case halves:
 				kern := fam.fullH
 				if rows < R {
 					kern = fam.oneH
 				}
-				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
+				kern[k].call(&ws[0], nb*64, &ds[0], nb*8, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			case mins:
 				kern := fam.fullM
 				if rows < R {
 					kern = fam.oneM
 				}
-				kern[v-1].call(&ws[0], nb*64, &ds[0], &dm[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
+				kern[k].call(&ws[0], nb*64, &ds[0], &dm[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			default:
 				kern := fam.full
 				if rows < R {
 					kern = fam.one
 				}
-				kern[v-1].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
+				kern[k].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			}
 		}
 	}

@@ -163,6 +163,10 @@ const (
 	k_fast16hm_1x1_VNNI
 	k_fast16hm_4x2_VNNI
 	k_fast16hm_1x2_VNNI
+	k_fast16hm_4x1y_VNNI
+	k_fast16hm_1x1y_VNNI
+	k_fast16hm_4x2y_VNNI
+	k_fast16hm_1x2y_VNNI
 )
 
 func (k fastHMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
@@ -175,6 +179,14 @@ func (k fastHMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int,
 		fast16hm_4x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16hm_1x2_VNNI:
 		fast16hm_1x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16hm_4x1y_VNNI:
+		fast16hm_4x1y_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16hm_1x1y_VNNI:
+		fast16hm_1x1y_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16hm_4x2y_VNNI:
+		fast16hm_4x2y_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16hm_1x2y_VNNI:
+		fast16hm_1x2y_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -185,6 +197,10 @@ const (
 	k_fast16h_1x1_VNNI
 	k_fast16h_4x2_VNNI
 	k_fast16h_1x2_VNNI
+	k_fast16h_4x1y_VNNI
+	k_fast16h_1x1y_VNNI
+	k_fast16h_4x2y_VNNI
+	k_fast16h_1x2y_VNNI
 )
 
 func (k fastHKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
@@ -197,6 +213,14 @@ func (k fastHKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx
 		fast16h_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16h_1x2_VNNI:
 		fast16h_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16h_4x1y_VNNI:
+		fast16h_4x1y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16h_1x1y_VNNI:
+		fast16h_1x1y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16h_4x2y_VNNI:
+		fast16h_4x2y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16h_1x2y_VNNI:
+		fast16h_1x2y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -207,6 +231,10 @@ const (
 	k_fast16m_1x1_VNNI
 	k_fast16m_4x2_VNNI
 	k_fast16m_1x2_VNNI
+	k_fast16m_4x1y_VNNI
+	k_fast16m_1x1y_VNNI
+	k_fast16m_4x2y_VNNI
+	k_fast16m_1x2y_VNNI
 )
 
 func (k fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
@@ -219,6 +247,14 @@ func (k fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, 
 		fast16m_4x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16m_1x2_VNNI:
 		fast16m_1x2_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16m_4x1y_VNNI:
+		fast16m_4x1y_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16m_1x1y_VNNI:
+		fast16m_1x1y_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16m_4x2y_VNNI:
+		fast16m_4x2y_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16m_1x2y_VNNI:
+		fast16m_1x2y_VNNI(ws, ldw, ds, dm, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -229,6 +265,10 @@ const (
 	k_fast16_1x1_VNNI
 	k_fast16_4x2_VNNI
 	k_fast16_1x2_VNNI
+	k_fast16_4x1y_VNNI
+	k_fast16_1x1y_VNNI
+	k_fast16_4x2y_VNNI
+	k_fast16_1x2y_VNNI
 )
 
 func (k fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
@@ -241,6 +281,14 @@ func (k fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx 
 		fast16_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_1x2_VNNI:
 		fast16_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16_4x1y_VNNI:
+		fast16_4x1y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16_1x1y_VNNI:
+		fast16_1x1y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16_4x2y_VNNI:
+		fast16_4x2y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16_1x2y_VNNI:
+		fast16_1x2y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -2090,7 +2138,7 @@ var intAVXVNNI = [...]intFamily{
 	ikI8: {R: 2, T: 3, B: 1, full: []intKernel{k_intI8_2x1_AVXVNNI, k_intI8_2x2_AVXVNNI, k_intI8_2x3_AVXVNNI}, one: []intKernel{k_intI8_1x1_AVXVNNI, k_intI8_1x2_AVXVNNI, k_intI8_1x3_AVXVNNI}},
 }
 
-var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI}, fullM: []fastMKernel{k_fast16m_4x1_VNNI, k_fast16m_4x2_VNNI}, oneM: []fastMKernel{k_fast16m_1x1_VNNI, k_fast16m_1x2_VNNI}, fullH: []fastHKernel{k_fast16h_4x1_VNNI, k_fast16h_4x2_VNNI}, oneH: []fastHKernel{k_fast16h_1x1_VNNI, k_fast16h_1x2_VNNI}, fullHM: []fastHMKernel{k_fast16hm_4x1_VNNI, k_fast16hm_4x2_VNNI}, oneHM: []fastHMKernel{k_fast16hm_1x1_VNNI, k_fast16hm_1x2_VNNI}}
+var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI, k_fast16_4x1y_VNNI, k_fast16_4x2y_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI, k_fast16_1x1y_VNNI, k_fast16_1x2y_VNNI}, fullM: []fastMKernel{k_fast16m_4x1_VNNI, k_fast16m_4x2_VNNI, k_fast16m_4x1y_VNNI, k_fast16m_4x2y_VNNI}, oneM: []fastMKernel{k_fast16m_1x1_VNNI, k_fast16m_1x2_VNNI, k_fast16m_1x1y_VNNI, k_fast16m_1x2y_VNNI}, fullH: []fastHKernel{k_fast16h_4x1_VNNI, k_fast16h_4x2_VNNI, k_fast16h_4x1y_VNNI, k_fast16h_4x2y_VNNI}, oneH: []fastHKernel{k_fast16h_1x1_VNNI, k_fast16h_1x2_VNNI, k_fast16h_1x1y_VNNI, k_fast16h_1x2y_VNNI}, fullHM: []fastHMKernel{k_fast16hm_4x1_VNNI, k_fast16hm_4x2_VNNI, k_fast16hm_4x1y_VNNI, k_fast16hm_4x2y_VNNI}, oneHM: []fastHMKernel{k_fast16hm_1x1_VNNI, k_fast16hm_1x2_VNNI, k_fast16hm_1x1y_VNNI, k_fast16hm_1x2y_VNNI}}
 
 var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI, k_widenQ5K_VNNI, k_widenQ41_VNNI, k_widenQ50_VNNI, k_widenQ51_VNNI, k_widenQ6K_VNNI, k_widenIQ4XS_VNNI, k_widenQ3K_VNNI, k_widenQ2K_VNNI}
 

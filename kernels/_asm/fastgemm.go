@@ -62,13 +62,31 @@ const (
 	fvHalvesMins // a min per 16, weights widened times their scale per 16 (Q2_K)
 )
 
-func fastName(R, V int, fv fastVariant) string {
-	return fmt.Sprintf("fast16%s_%dx%d_VNNI", [...]string{"", "m", "h", "hm"}[fv], R, V)
+// fastName names a kernel; y marks the ones whose last vector is a ymm of
+// 8 tokens (the group's lanes 0..7).
+func fastName(R, V int, fv fastVariant, y bool) string {
+	s := ""
+	if y {
+		s = "y"
+	}
+	return fmt.Sprintf("fast16%s_%dx%d%s_VNNI", [...]string{"", "m", "h", "hm"}[fv], R, V, s)
 }
 
-func genFast(R, V int, fv fastVariant) {
+// genFast emits the product kernel of R rows by V vectors of 16 tokens,
+// or with y the last vector only its first 8 tokens, in ymm registers:
+// a group's tail of at most 8 tokens then costs half the instructions'
+// width (a zmm operation issues as two halves on Zen 4, and VPDPWSSD ymm
+// twice as often as zmm on Intel's cores), each lane's operations the
+// same.
+func genFast(R, V int, fv fastVariant, y bool) {
 	mins, halves := fv == fvMins || fv == fvHalvesMins, fv == fvHalves || fv == fvHalvesMins
-	name := fastName(R, V, fv)
+	name := fastName(R, V, fv, y)
+	vec := func(v int) VecVirtual {
+		if y && v == V-1 {
+			return YMM()
+		}
+		return ZMM()
+	}
 	if mins {
 		TEXT(name, NOSPLIT, "func(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)")
 	} else {
@@ -85,8 +103,12 @@ func genFast(R, V int, fv fastVariant) {
 	if halves && mins {
 		extra = " + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights)"
 	}
-	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its %d rows r.",
-		name, extra, R, V, R))
+	lanes := ""
+	if y {
+		lanes = " (the last vector's lanes l < 8 only; out's others untouched)"
+	}
+	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens%s (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its %d rows r.",
+		name, extra, R, V, lanes, R))
 	ws := newStrided(Load(Param("ws"), GP64()), Load(Param("ldw"), GP64()), R)
 	ldd := Load(Param("ldd"), GP64())
 	ds := newStrided(Load(Param("ds"), GP64()), ldd, R)
@@ -122,7 +144,7 @@ func genFast(R, V int, fv fastVariant) {
 	for r := range out {
 		out[r] = make([]VecVirtual, V)
 		for v := range out[r] {
-			out[r][v] = ZMM()
+			out[r][v] = vec(v)
 			VXORPS(out[r][v], out[r][v], out[r][v])
 		}
 	}
@@ -159,7 +181,7 @@ func genFast(R, V int, fv fastVariant) {
 			for r := range acc[c] {
 				acc[c][r] = make([]VecVirtual, V)
 				for v := range acc[c][r] {
-					acc[c][r][v] = ZMM()
+					acc[c][r][v] = vec(v)
 					VXORPS(acc[c][r][v], acc[c][r][v], acc[c][r][v])
 				}
 			}
@@ -168,7 +190,7 @@ func genFast(R, V int, fv fastVariant) {
 			a := acc[(p-p0)%chains]
 			xv := make([]VecVirtual, V)
 			for v := range xv {
-				xv[v] = ZMM()
+				xv[v] = vec(v)
 				VMOVDQU32(xat(v, 64*p), xv[v])
 			}
 			for r := 0; r < R; r++ {
@@ -181,7 +203,11 @@ func genFast(R, V int, fv fastVariant) {
 				wv := ZMM()
 				VPBROADCASTD(ws.at(r, 4*p), wv)
 				for v := 0; v < V; v++ {
-					VPDPWSSD(wv, xv[v], a[r][v])
+					w := Op(wv)
+					if y && v == V-1 {
+						w = wv.AsY()
+					}
+					VPDPWSSD(w, xv[v], a[r][v])
 				}
 			}
 		}
@@ -195,20 +221,20 @@ func genFast(R, V int, fv fastVariant) {
 		dx := make([]VecVirtual, V)
 		sx := make([][]VecVirtual, len(sxo))
 		for v := range dx {
-			dx[v] = ZMM()
+			dx[v] = vec(v)
 			VMOVUPS(xat(v, fastDX), dx[v])
 		}
 		for i, o := range sxo {
 			sx[i] = make([]VecVirtual, V)
 			for v := range sx[i] {
-				sx[i][v] = ZMM()
+				sx[i][v] = vec(v)
 				VMOVUPS(xat(v, o), sx[i][v])
 			}
 		}
 		for r := 0; r < R; r++ {
 			for v := 0; v < V; v++ {
 				VCVTDQ2PS(acc[0][r][v], acc[0][r][v])
-				c := ZMM()
+				c := vec(v)
 				VMULPS_BCST(ds.at(r, so), dx[v], c) // dw·dx, rounded
 				VFMADD231PS(c, acc[0][r][v], out[r][v])
 				for i := range mo {
@@ -913,19 +939,21 @@ func genWidenCB(k dqkind) string {
 func genFastTable(tb *strings.Builder) {
 	R, V := fastShape()
 	var full, one, fullM, oneM, fullH, oneH, fullHM, oneHM []string
-	for v := 1; v <= V; v++ {
-		for _, fv := range []fastVariant{fvPlain, fvMins, fvHalves, fvHalvesMins} {
-			genFast(R, v, fv)
-			genFast(1, v, fv)
+	for _, y := range []bool{false, true} { // kernels.fastFamily's index V·y + v-1
+		for v := 1; v <= V; v++ {
+			for _, fv := range []fastVariant{fvPlain, fvMins, fvHalves, fvHalvesMins} {
+				genFast(R, v, fv, y)
+				genFast(1, v, fv, y)
+			}
+			fullHM = append(fullHM, fastHMGroup.add(fastName(R, v, fvHalvesMins, y)))
+			oneHM = append(oneHM, fastHMGroup.add(fastName(1, v, fvHalvesMins, y)))
+			full = append(full, fastGroup.add(fastName(R, v, fvPlain, y)))
+			one = append(one, fastGroup.add(fastName(1, v, fvPlain, y)))
+			fullM = append(fullM, fastMGroup.add(fastName(R, v, fvMins, y)))
+			oneM = append(oneM, fastMGroup.add(fastName(1, v, fvMins, y)))
+			fullH = append(fullH, fastHGroup.add(fastName(R, v, fvHalves, y)))
+			oneH = append(oneH, fastHGroup.add(fastName(1, v, fvHalves, y)))
 		}
-		fullHM = append(fullHM, fastHMGroup.add(fastName(R, v, fvHalvesMins)))
-		oneHM = append(oneHM, fastHMGroup.add(fastName(1, v, fvHalvesMins)))
-		full = append(full, fastGroup.add(fastName(R, v, fvPlain)))
-		one = append(one, fastGroup.add(fastName(1, v, fvPlain)))
-		fullM = append(fullM, fastMGroup.add(fastName(R, v, fvMins)))
-		oneM = append(oneM, fastMGroup.add(fastName(1, v, fvMins)))
-		fullH = append(fullH, fastHGroup.add(fastName(R, v, fvHalves)))
-		oneH = append(oneH, fastHGroup.add(fastName(1, v, fvHalves)))
 	}
 	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}, fullH: []fastHKernel{%s}, oneH: []fastHKernel{%s}, fullHM: []fastHMKernel{%s}, oneHM: []fastHMKernel{%s}}\n",
 		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "), strings.Join(fullH, ", "), strings.Join(oneH, ", "), strings.Join(fullHM, ", "), strings.Join(oneHM, ", "))
