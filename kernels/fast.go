@@ -119,7 +119,7 @@ const (
 	fkQ5_1 // with a min per block
 	fkQ6_K // with a scale per 16 weights (fastHKernel)
 	fkIQ4_XS
-	fkQ3_K // with a scale per 16 weights
+	fkQ3_K // each 16 widened times its scale
 	fkQ2_K // a min per 16 weights, each 16 widened times its scale (fastHMKernel)
 	numFK
 )
@@ -453,7 +453,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	In, Out := m.In, m.Out
 	rb := m.stride()
 	scaled, mins := m.Type == tensor.I8, hasMins(m.Type)
-	halves := m.Type == tensor.Q6_K || m.Type == tensor.Q3_K || m.Type == tensor.Q2_K
+	halves := m.Type == tensor.Q6_K || m.Type == tensor.Q2_K
 	parts := 1 // scales a block
 	if halves {
 		parts = 2
@@ -883,9 +883,12 @@ func widenIQ4XSRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 
 // widenQ3KRef is widenRef for Q3_K (nb blocks of 32, whole super-blocks):
 // block 4n+t of a super-block the 2-bit quants at bits 2t of bytes
-// 32+32n.., less 4 unless bit 4n+t of the matching hmask byte is set, and
-// two scales a block, d·(sc-32) for its halves of 16, the scales unpacked
-// as tensor's dequantQ3_K unpacks them.
+// 32+32n.., less 4 unless bit 4n+t of the matching hmask byte is set,
+// times their half's scale sc-32 (the scales unpacked as tensor's
+// dequantQ3_K unpacks them; |(sc-32)·q| ≤ 128), and the super-block's d
+// at every block's scale: d·(sc-32) and its product with q are exact in
+// float32, so d times the widened weight is the dequantiser's value, and
+// a block sums at once with one scale (the plain kernels).
 func widenQ3KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
 	le := func(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
@@ -894,6 +897,10 @@ func widenQ3KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 			blk := w[r*ldw+s*110 : r*ldw+(s+1)*110]
 			d := tensor.HalfToFloat(uint16(blk[108]) | uint16(blk[109])<<8)
 			b0 := r*nb + 8*s
+			a0, a1, tmp := le(blk[96:]), le(blk[100:]), le(blk[104:])
+			words := [4]uint32{a0&0x0f0f0f0f | (tmp&0x03030303)<<4, a1&0x0f0f0f0f | (tmp>>2&0x03030303)<<4,
+				a0>>4&0x0f0f0f0f | (tmp>>4&0x03030303)<<4, a1>>4&0x0f0f0f0f | (tmp>>6&0x03030303)<<4}
+			scale := func(j int) int16 { return int16(byte(words[j/4]>>(8*(j%4)))) - 32 } // sub-block j
 			for n := 0; n < 2; n++ {
 				for t := 0; t < 4; t++ {
 					for l := 0; l < 32; l++ {
@@ -901,16 +908,10 @@ func widenQ3KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 						if blk[l]>>(4*n+t)&1 == 0 {
 							v -= 4
 						}
-						put((b0+4*n+t)*64+2*l, v)
+						put((b0+4*n+t)*64+2*l, v*scale(2*(4*n+t)+l/16))
 					}
+					ds[b0+4*n+t] = d
 				}
-			}
-			a0, a1, tmp := le(blk[96:]), le(blk[100:]), le(blk[104:])
-			words := [4]uint32{a0&0x0f0f0f0f | (tmp&0x03030303)<<4, a1&0x0f0f0f0f | (tmp>>2&0x03030303)<<4,
-				a0>>4&0x0f0f0f0f | (tmp>>4&0x03030303)<<4, a1>>4&0x0f0f0f0f | (tmp>>6&0x03030303)<<4}
-			for j := 0; j < 16; j++ {
-				sc := int(byte(words[j/4] >> (8 * (j % 4))))
-				ds[2*b0+j] = d * float32(sc-32)
 			}
 		}
 	}

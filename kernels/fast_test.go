@@ -119,7 +119,7 @@ func TestWidenRefMatchesDecodeRow(t *testing.T) {
 			for k := 0; k < m.In; k++ {
 				q := int16(uint16(ws[(r*nb+k/32)*64+2*(k%32)]) | uint16(ws[(r*nb+k/32)*64+2*(k%32)+1])<<8)
 				v := float64(float32(q) * ds[r*nb+k/32])
-				if m.Type == tensor.Q6_K || m.Type == tensor.Q3_K { // (d·sc)·q, a scale per 16
+				if m.Type == tensor.Q6_K { // (d·sc)·q, a scale per 16
 					v = float64(ds[2*(r*nb+k/32)+k%32/16] * float32(q))
 				}
 				if m.Type == tensor.Q2_K { // (d·sc)·q - dmin·m, both per 16

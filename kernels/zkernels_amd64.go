@@ -2843,7 +2843,7 @@ func widenQ6K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 //go:noescape
 func widenIQ4XS_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)
 
-// widenQ3K_VNNI widens nb/8 Q3_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).
+// widenQ3K_VNNI widens nb/8 Q3_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 times their 16-weight half's scale at dst (row r, block b at (r·nb+b)·64 bytes) and the super-block's d to float32 at ds (at r·nb+b).
 //
 //go:noescape
 func widenQ3K_VNNI(dst *byte, ds *float32, w *byte, ldw int, rows int, nb int)

@@ -2163,7 +2163,7 @@ const quantS16VNNI = k_quantS16_VNNI
 var intPeakVNNI = intPeak_VNNI
 
 // numVecConsts is how many vector constants vecConstAddrs reports.
-const numVecConsts = 110
+const numVecConsts = 118
 
 // vecConstAddrs stores the addresses of the vector constants the
 // generator aligned to 64 bytes (kernels/_asm alignConsts).

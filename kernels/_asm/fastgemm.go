@@ -736,50 +736,33 @@ func genWidenIQ4XS() string {
 }
 
 // genWidenQ3K widens Q3_K: per super-block of 256 (8 blocks of 32), block
-// 4n+t the 2-bit quants (bytes 32+32n.., bits 2t) less 4 unless bit 4n+t of
-// the matching hmask byte is set, sign-extended, and two scales a block,
-// d·(sc-32) for its 16-weight halves, the 16 6-bit scales unpacked as
-// ggml (and tensor) do. nb counts blocks of 32.
+// 4n+t the 2-bit quants at bits 2t of bytes 32+32n.., less 4 unless bit
+// 4n+t of the matching hmask byte is set, times their half's 6-bit scale
+// less 32 (|(sc-32)·q| ≤ 128), and the super-block's d at every block's
+// scale (ds): d·(sc-32) and its product with q are exact in float32, so
+// the plain kernels, one scale a block, give the dequantiser's products.
 func genWidenQ3K() string {
 	name := "widenQ3K_VNNI"
-	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 Q3_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and the scales of the 16-weight halves to float32 at ds (at 2·(r·nb+b)+h).")
+	dst, ds, w, ldw, rows, nb := widenText(name, name+" widens nb/8 Q3_K super-blocks of each of rows weight rows (stride ldw bytes) to int16 times their 16-weight half's scale at dst (row r, block b at (r·nb+b)·64 bytes) and the super-block's d to float32 at ds (at r·nb+b).")
 	SHRQ(U8(3), nb) // super-blocks
 	m03, m01, c4 := YMM(), YMM(), YMM()
 	VMOVDQU(avx512.constVec("bytes03", 0x03030303), m03)
 	VMOVDQU(avx512.constVec("bytes01", 0x01010101), m01)
 	VMOVDQU(avx512.constVec("bytes04", 0x04040404), c4)
-	c32 := ZMM()
-	VMOVDQU32(avx512.constVec("dw32", 32), c32)
-	p, j := widenRowStart(w, nb, "sb")
-	hm := YMM()
-	VMOVDQU(Mem{Base: p}, hm)
-	for n := 0; n < 2; n++ {
-		q := YMM()
-		VMOVDQU(Mem{Base: p, Disp: 32 + 32*n}, q)
-		for t := 0; t < 4; t++ {
-			v, h := YMM(), YMM()
-			if t > 0 {
-				VPSRLW(U8(2*t), q, v)
-				VPAND(m03, v, v)
-			} else {
-				VPAND(m03, q, v)
-			}
-			if sh := 4*n + t; sh > 0 {
-				VPSRLW(U8(sh), hm, h)
-				VPAND(m01, h, h)
-			} else {
-				VPAND(m01, hm, h)
-			}
-			VPSLLW(U8(2), h, h) // 4 where the high bit is set
-			VPOR(h, v, v)
-			VPSUBB(c4, v, v)
-			z := ZMM()
-			VPMOVSXBW(v, z)
-			VMOVDQU32(z, Mem{Base: dst, Disp: 64 * (4*n + t)})
+	// Block k's halves are sub-blocks 2k and 2k+1: VPERMW's indices of
+	// their scales, each in the lanes of its half.
+	var idx [8]VecVirtual
+	for k := range idx {
+		ix := make([]uint16, 32)
+		for i := range ix {
+			ix[i] = uint16(2*k + i/16)
 		}
+		idx[k] = ZMM()
+		VMOVDQU32(avx512.constWords(fmt.Sprintf("q3k_scale%d", k), ix), idx[k])
 	}
+	p, j := widenRowStart(w, nb, "sb")
 	// The scales: four words from a0 = bytes 96..99, a1 = 100..103 and
-	// tmp = 104..107.
+	// tmp = 104..107, 16 bytes sc, then as words sc-32.
 	a0, a1, tmp := GP32(), GP32(), GP32()
 	MOVL(Mem{Base: p, Disp: 96}, a0)
 	MOVL(Mem{Base: p, Disp: 100}, a1)
@@ -805,19 +788,46 @@ func genWidenQ3K() string {
 	VPINSRD(U8(1), word(a1, 0, 2), sx, sx)
 	VPINSRD(U8(2), word(a0, 4, 4), sx, sx)
 	VPINSRD(U8(3), word(a1, 4, 6), sx, sx)
-	sc, d := ZMM(), ZMM()
-	VPMOVZXBD(sx, sc)
-	VPSUBD(c32, sc, sc)
-	VCVTDQ2PS(sc, sc)
+	sw := ZMM()
+	VPMOVZXBW(sx, sw.AsY())
+	VPSUBW(avx512.constVec("w32", 0x00200020), sw, sw) // sc-32; the upper half unused
+	hm := YMM()
+	VMOVDQU(Mem{Base: p}, hm)
+	for n := 0; n < 2; n++ {
+		q := YMM()
+		VMOVDQU(Mem{Base: p, Disp: 32 + 32*n}, q)
+		for t := 0; t < 4; t++ {
+			v, h := YMM(), YMM()
+			if t > 0 {
+				VPSRLW(U8(2*t), q, v)
+				VPAND(m03, v, v)
+			} else {
+				VPAND(m03, q, v)
+			}
+			if sh := 4*n + t; sh > 0 {
+				VPSRLW(U8(sh), hm, h)
+				VPAND(m01, h, h)
+			} else {
+				VPAND(m01, hm, h)
+			}
+			VPSLLW(U8(2), h, h) // 4 where the high bit is set
+			VPOR(h, v, v)
+			VPSUBB(c4, v, v)
+			z, scw := ZMM(), ZMM()
+			VPMOVSXBW(v, z)
+			VPERMW(sw, idx[4*n+t], scw)
+			VPMULLW(scw, z, z)
+			VMOVDQU32(z, Mem{Base: dst, Disp: 64 * (4*n + t)})
+		}
+	}
 	g := GP32()
 	MOVWLZX(Mem{Base: p, Disp: 108}, g)
-	dx := XMM()
+	dx, d := XMM(), YMM()
 	VMOVD(g, dx)
 	VCVTPH2PS(dx, dx)
 	VBROADCASTSS(dx, d)
-	VMULPS(sc, d, sc) // d·(sc-32), rounded
-	VMOVUPS(sc, Mem{Base: ds})
-	widenNextSuperBlock(j, []Register{p, dst, ds}, []int{110, 8 * 64, 64})
+	VMOVUPS(d, Mem{Base: ds})
+	widenNextSuperBlock(j, []Register{p, dst, ds}, []int{110, 8 * 64, 32})
 	widenNextRow(w, ldw, rows)
 	return name
 }
