@@ -80,7 +80,7 @@ type (
 	// m1 int, sc *float32).
 	fastStoreKernel uint16
 	// quant16Kernel quantises nb blocks of one token into its lane of a
-	// fastActs group (quantizeBlock16): (x *float32, nb int, dst *byte).
+	// fastActs group (quantizeGroup16): (x *float32, nb int, dst *byte).
 	quant16Kernel uint16
 	// quantS16Kernel divides nb blocks of 32 float32 weights by their
 	// scales to 32 int16s a block (quantizeScaled): (x *float32, nb int,

@@ -14,8 +14,8 @@ const (
 	// Exact multiplies float32 activations by the weights as stored
 	// (MatMulRows; see Mat and ExactQuant).
 	Exact Precision = iota
-	// Fast quantises each token's activations to int16 in blocks of 32
-	// (quantizeBlock16) and multiplies in integers (VPDPWSSD) where the
+	// Fast quantises each token's activations to int16 with a scale per
+	// 256 (quantizeGroup16) and multiplies in integers (VPDPWSSD) where the
 	// weights are blocks of 32 small integers times one scale, less a
 	// min, or a scale per 16 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
 	// IQ4_XS, Q2_K–Q6_K; [out, in] I8) or small integers once decoded
@@ -170,7 +170,9 @@ func hasMins(t tensor.DType) bool {
 // fastFor reports whether the fast path takes m: weights of a fastKind
 // along the input axis in one piece (rows Stride apart; Parted matrices
 // stay exact), I8 shards whole blocks of 32 (so that no activation block
-// straddles two scales).
+// straddles two scales) and, past one shard, whole groups of
+// fastScaleBlocks (the kernels' spans restart at every shard and must
+// start on the activations' grid of scales).
 func fastFor(m *Mat) bool {
 	switch {
 	case m.Transposed || m.Parts != nil:
@@ -180,7 +182,11 @@ func fastFor(m *Mat) bool {
 	case fastKind(m.Type) < 0:
 		return false
 	}
-	return m.Type != tensor.I8 || (m.In/m.Shards)%32 == 0
+	if m.Type != tensor.I8 {
+		return true
+	}
+	seg := m.In / m.Shards
+	return seg%32 == 0 && (m.Shards == 1 || seg%(32*fastScaleBlocks) == 0)
 }
 
 // MatMulRowsP is MatMulRows at precision p. Under Fast the kernels in use
@@ -278,10 +284,11 @@ const fastLanes = 16
 const FastGroup = fastLanes
 
 // fastActs holds the activations of a fast product, quantised per token
-// in blocks of 32 to int16 (quantizeBlock16) and interleaved 16 tokens to
-// a vector group: per group and block, 16 × 64 bytes of quants (pair p,
-// lane l: quants 2p and 2p+1 of token 16g+l), then 16 float32 scales d and
-// 16 float32 sums d·Σq (rounded once; Σq is exact in float32), which the
+// to int16 with one scale for each fastScaleBlocks blocks of 32 from the
+// row's start (quantizeGroup16) and interleaved 16 tokens to a vector
+// group: per group and block, 16 × 64 bytes of quants (pair p, lane l:
+// quants 2p and 2p+1 of token 16g+l), then 16 float32 scales d (the
+// block's group's), 16 float32 sums Σq (exact in float32), which the
 // weights with a min per block multiply, and the same over the block's two
 // halves of 16, for Q2_K's mins per 16 (fastBlock bytes). Lanes past the
 // last token are zero.
@@ -294,10 +301,18 @@ type fastActs struct {
 const (
 	fastBlock = 1280 // bytes of one block of one group
 	fastDX    = 1024
-	fastSX    = 1088 // dx·Σq, for the weights with mins
-	fastSX0   = 1152 // dx·Σq over the block's first 16 (mins per 16: Q2_K)
+	fastSX    = 1088 // Σq, for the weights with mins
+	fastSX0   = 1152 // Σq over the block's first 16 (mins per 16: Q2_K)
 	fastSX1   = 1216 // and its last 16
 )
+
+// fastScaleBlocks is the blocks of 32 activations that share a scale in a
+// fast product (256, as ggml's Q8_K, with 2^8 times finer steps): the
+// kernels then sum a group's blocks in units of its scale and multiply
+// by it once, instead of multiplying each block's weight scale by its own
+// (a multiply every 16 VPDPWSSD; figures: bench/README.md). Spans
+// (fastSpan) hold whole groups.
+const fastScaleBlocks = 8
 
 // stride is the bytes of one group.
 func (a *fastActs) stride() int { return a.nbt * fastBlock }
@@ -305,16 +320,17 @@ func (a *fastActs) stride() int { return a.nbt * fastBlock }
 // fastPool holds FastActs' buffers (see freeList).
 var fastPool freeList[fastActs]
 
-// quantizeBlock16 quantises 32 activations x to int16 q with one scale d:
-// d = max|x|/32767, q = round(x/d) halfway away from zero, in float32, as
-// quantizeBlockRef does for int8 but with 2^7 times finer steps. Int8
-// activations (llama.cpp's quantize_row_q8_0) move the demo model's
+// quantizeGroup16 quantises activations x (a group of at most
+// fastScaleBlocks blocks of 32) to int16 q with one scale d: d =
+// max|x|/32767, q = round(x/d) halfway away from zero, in float32, as
+// quantizeBlockRef does for int8 blocks of 32 but with 2^15 steps. Int8
+// activations per 32 (llama.cpp's quantize_row_q8_0) move the demo model's
 // logits by up to 1 (top-2 expert routing flips at near ties); 16 bits
-// keep them within 1e-3. Degenerate blocks as in quantizeBlockRef: d below
-// 2^-126 gives d = 0, an infinite max d = +Inf, a NaN d = NaN, all with
-// zero quants.
-func quantizeBlock16(q []int16, x []float32) float32 {
-	q = q[:32]
+// per 256 keep them within 1e-3. Degenerate groups as quantizeBlockRef's
+// blocks: d below 2^-126 gives d = 0, an infinite max d = +Inf, a NaN
+// d = NaN, all with zero quants.
+func quantizeGroup16(q []int16, x []float32) float32 {
+	q = q[:len(x)]
 	var amax float32
 	nan := false
 	for _, v := range x {
@@ -353,9 +369,9 @@ func (a *fastActs) prepare(n, In int) {
 }
 
 // quantize quantises tokens [t0, t1) of x (In activations a token) into
-// their lanes, with qk if not 0 (tested to equal quantizeBlock16).
+// their lanes, with qk if not 0 (tested to equal quantizeGroup16).
 func (a *fastActs) quantize(x []float32, In, t0, t1 int, qk quant16Kernel) {
-	var q [32]int16
+	var q [32 * fastScaleBlocks]int16
 	for t := t0; t < t1; t++ {
 		xs := x[t*In : (t+1)*In]
 		g, l := t/fastLanes, t%fastLanes
@@ -365,18 +381,22 @@ func (a *fastActs) quantize(x []float32, In, t0, t1 int, qk quant16Kernel) {
 			qk.call(&xs[0], a.nbt, &base[4*l])
 			continue
 		}
-		for b := 0; b < a.nbt; b++ {
-			d := quantizeBlock16(q[:], xs[b*32:(b+1)*32])
-			blk := base[b*fastBlock : (b+1)*fastBlock]
-			var sum [2]int32
-			for p := 0; p < 16; p++ {
-				putU32(blk[64*p+4*l:], uint32(uint16(q[2*p]))|uint32(uint16(q[2*p+1]))<<16)
-				sum[p/8] += int32(q[2*p]) + int32(q[2*p+1])
+		for b0 := 0; b0 < a.nbt; b0 += fastScaleBlocks {
+			b1 := min(b0+fastScaleBlocks, a.nbt)
+			d := quantizeGroup16(q[:], xs[b0*32:b1*32])
+			for b := b0; b < b1; b++ {
+				blk := base[b*fastBlock : (b+1)*fastBlock]
+				qb := q[(b-b0)*32:]
+				var sum [2]int32
+				for p := 0; p < 16; p++ {
+					putU32(blk[64*p+4*l:], uint32(uint16(qb[2*p]))|uint32(uint16(qb[2*p+1]))<<16)
+					sum[p/8] += int32(qb[2*p]) + int32(qb[2*p+1])
+				}
+				putF32(blk[fastDX+4*l:], d)
+				putF32(blk[fastSX+4*l:], float32(sum[0]+sum[1]))
+				putF32(blk[fastSX0+4*l:], float32(sum[0]))
+				putF32(blk[fastSX1+4*l:], float32(sum[1]))
 			}
-			putF32(blk[fastDX+4*l:], d)
-			putF32(blk[fastSX+4*l:], float32(d*float32(sum[0]+sum[1])))
-			putF32(blk[fastSX0+4*l:], float32(d*float32(sum[0])))
-			putF32(blk[fastSX1+4*l:], float32(d*float32(sum[1])))
 		}
 	}
 }
@@ -957,10 +977,11 @@ var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
 // are tested to equal bit for bit: for rows rows of widened weights (ws,
 // ds as widenRef leaves them, nb blocks a row) and v vectors of tokens,
 // lane by lane, each block's exact integer Σ w·q converted to float32 and
-// added with one rounding (fma32) times ds·dx rounded, and with dm (the
-// types with mins) dm·(dx·Σq) added with one rounding, from zero over the
-// nb blocks; the sum is then added to tile[j·ldo + 16r + l] (ldo in
-// floats).
+// added with one rounding (fma32) times ds, and with dm (the types with
+// mins) dm·Σq added with one rounding, from zero over each group of
+// fastScaleBlocks blocks (the call's nb blocks start a group), whose sum
+// times its dx is added to the call's with one rounding; that is then
+// added to tile[j·ldo + 16r + l] (ldo in floats).
 func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bool, nb int, xa []byte, ldx, rows, v int) {
 	parts, per := 1, 32 // weights a scale
 	minParts := 1       // mins a block
@@ -976,7 +997,7 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 	for r := 0; r < rows; r++ {
 		for j := 0; j < v; j++ {
 			for l := 0; l < fastLanes; l++ {
-				var acc float32
+				var acc, og float32
 				for b := 0; b < nb; b++ {
 					wb := ws[(r*nb+b)*64:]
 					xb := xa[j*ldx+b*fastBlock:]
@@ -989,8 +1010,7 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 							s += int32(w) * int32(x)
 						}
 						i := (r*nb+b)*slots + h
-						c := float32(ds[i] * getF32(xb[fastDX+4*l:]))
-						acc = fma32(float32(s), c, acc)
+						og = fma32(float32(s), ds[i], og)
 						if dm == nil {
 							continue
 						}
@@ -999,8 +1019,12 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 							if halves {
 								sx, mi = fastSX0+64*(h+mh), i+mh
 							}
-							acc = fma32(getF32(xb[sx+4*l:]), dm[mi], acc)
+							og = fma32(getF32(xb[sx+4*l:]), dm[mi], og)
 						}
+					}
+					if (b+1)%fastScaleBlocks == 0 || b == nb-1 {
+						acc = fma32(og, getF32(xb[fastDX+4*l:]), acc)
+						og = 0
 					}
 				}
 				tile[j*ldo+r*fastLanes+l] += acc

@@ -62,8 +62,8 @@ func fastMats(t *testing.T, rng *rand.Rand) []testMat {
 		{tensor.Q8_0, 9, 64, 1},
 		{tensor.Q8_0, 16, 2048 + 96, 1},
 		{tensor.Q8_0, 5, 4096 + 32, 1},
-		{tensor.I8, 7, 128, 2},
-		{tensor.I8, 12, 4096 + 64, 2},
+		{tensor.I8, 7, 512, 2},         // shards of one scale group (fastFor)
+		{tensor.I8, 12, 4096 + 512, 2}, // of 9
 		{tensor.I8, 4, 96, 1},
 	} {
 		ms = append(ms, newTestMat(rng, s.dt, false, s.out, s.in, s.shards, 1))
@@ -258,6 +258,31 @@ func TestFastKernelsEqualReference(t *testing.T) {
 	}
 }
 
+// groupAmax is the max |x| of the activation scale group of element k of
+// a token's x (fastScaleBlocks blocks of 32 from x's start).
+func groupAmax(x []float32, k int) float64 {
+	const g = 32 * fastScaleBlocks
+	var a float64
+	for _, v := range x[k/g*g : min(len(x), (k/g+1)*g)] {
+		a = max(a, math.Abs(float64(v)))
+	}
+	return a
+}
+
+// TestFastForScaleGrid: an I8 matrix of several shards takes the fast
+// path only if its shards are whole scale groups of the activations.
+func TestFastForScaleGrid(t *testing.T) {
+	for _, c := range []struct {
+		in, shards int
+		want       bool
+	}{{512, 2, true}, {128, 2, false}, {96, 1, true}, {768 * 8, 8, true}, {4096 + 64, 2, false}} {
+		m := Mat{Type: tensor.I8, Out: 4, In: c.in, Shards: c.shards}
+		if got := fastFor(&m); got != c.want {
+			t.Errorf("I8 %d inputs in %d shards: fastFor %v, want %v", c.in, c.shards, got, c.want)
+		}
+	}
+}
+
 func checkSameBits(t *testing.T, got, want []float32) {
 	t.Helper()
 	for i := range want {
@@ -317,13 +342,14 @@ func TestFastNearExact(t *testing.T) {
 			for i := 0; i < n; i++ {
 				for o := 0; o < m.Out; o++ {
 					// The quantised activations are within d/2 of x (d
-					// = the block's max|x|/32767), plus float32 sums.
+					// = the scale group's max|x|/32767), plus float32
+					// sums.
 					var s, abs, qerr float64
 					for k := 0; k < m.In; k++ {
 						p := tm.deq[o*m.In+k] * float64(x[i*m.In+k])
 						s += p
 						abs += math.Abs(p)
-						qerr += math.Abs(tm.deq[o*m.In+k]) * blockAmax(x[i*m.In:(i+1)*m.In], k, m) / 32767 / 2
+						qerr += math.Abs(tm.deq[o*m.In+k]) * groupAmax(x[i*m.In:(i+1)*m.In], k) / 32767 / 2
 					}
 					if d := math.Abs(float64(got[i*m.Out+o]) - s); d > qerr+abs*float64(m.In)*0x1p-23 {
 						t.Fatalf("%v: out[%d][%d] = %g, want %g (bound %g)", m.Type, i, o, got[i*m.Out+o], s, qerr)
@@ -386,17 +412,22 @@ func TestFastStoreKernel(t *testing.T) {
 }
 
 // TestQuantize16Kernel: the SIMD quantiser lays out exactly the bytes of
-// quantizeBlock16, including halfway quotients, all-zero, tiny, infinite,
-// NaN and huge blocks, in every lane.
+// quantizeGroup16, including halfway quotients, all-zero, tiny, infinite,
+// NaN and huge groups (and blocks of each kind mixed in a group), a
+// partial last group, in every lane.
 func TestQuantize16Kernel(t *testing.T) {
 	if active == nil || active.quant16 == 0 {
 		t.Skip("no fast kernels on this machine")
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
-	const n, nb = 19, 64
+	const n, nb = 19, 61
 	x := make([]float32, n*nb*32+1)[1:] // unaligned
 	for b := 0; b < n*nb; b++ {
-		fillQuantCase(rng, x[b*32:(b+1)*32], b%9, 32767)
+		c := b % 9
+		if b%nb < 32 {
+			c = b / fastScaleBlocks % 9 // a group of one kind
+		}
+		fillQuantCase(rng, x[b*32:(b+1)*32], c, 32767)
 	}
 	var want, got FastActs
 	want.Prepare(n, nb*32)

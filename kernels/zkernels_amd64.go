@@ -2628,162 +2628,162 @@ func intI8_2x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx i
 //go:noescape
 func intI8_1x3_AVXVNNI(w *byte, ldw int, xq *byte, dx *float32, cr *int32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fast16_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16_4x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16_1x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16m_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16m_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16m_4x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16m_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16m_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16m_1x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16h_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16h_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16h_4x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16h_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16h_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16h_1x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16hm_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16hm_4x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16hm_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16hm_1x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16_4x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16_1x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16m_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16m_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16m_4x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16m_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16m_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16m_1x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16h_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16h_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16h_4x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16h_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16h_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16h_1x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16hm_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16hm_4x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16hm_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16hm_1x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16_4x1y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16_1x1y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16m_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16m_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16m_4x1y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16m_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16m_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16m_1x1y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16h_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16h_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16h_4x1y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16h_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16h_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16h_1x1y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16hm_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16hm_4x1y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16hm_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16hm_1x1y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16_4x2y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16_1x2y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16m_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16m_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16m_4x2y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16m_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16m_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + dm[r][b]·sx[v][l][b] for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16m_1x2y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16h_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16h_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16h_4x2y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16h_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16h_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (ds: two scales a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16h_1x2y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16hm_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16hm_4x2y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16hm_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16hm_1x2y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
@@ -2898,7 +2898,7 @@ func fastStore_VNNI(dst *float32, ldd int, tiles *float32, l0 int, l1 int, m0 in
 //go:noescape
 func fastStoreScaled_VNNI(dst *float32, ldd int, tiles *float32, l0 int, l1 int, m0 int, m1 int, sc *float32)
 
-// quant16_VNNI quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).
+// quant16_VNNI quantises nb blocks of 32 float32s at x, with one scale for each 8 blocks, to int16 pairs at dst+64p, the scale at dst+1024 and the block's sums of quants at dst+1088.., a block every 1280 bytes of dst (kernels.fastActs' lane of one token).
 //
 //go:noescape
 func quant16_VNNI(x *float32, nb int, dst *byte)

@@ -11,8 +11,8 @@ import (
 )
 
 // The fast-precision GEMM (kernels/fast.go) multiplies weights widened to
-// int16 by activations quantised per token to int16 in blocks of 32, with
-// VPDPWSSD, tokens across the lanes:
+// int16 by activations quantised per token to int16 with a scale per 8
+// blocks of 32, with VPDPWSSD, tokens across the lanes:
 //
 //   - a widening kernel turns a tile of weight rows, one span of blocks,
 //     into int16 (row r, block b at (r·nb+b)·64 bytes) and float32 block
@@ -22,21 +22,25 @@ import (
 //     pair of a row's widened weights to every lane and adds the pair's
 //     products of all 16 tokens with one VPDPWSSD. A row's lanes end a
 //     block holding each token's exact Σ w·q, which is converted to
-//     float32 once per block and accumulated times dw·dx, lane-wise.
+//     float32 once per block and accumulated times dw, lane-wise; each
+//     group of 8 blocks' sum is then added times its dx.
 //
 // The product kernel is the same for every weight type; only the widening
 // knows the type. Every lane runs the same instruction sequence whatever
 // the tile, so a token's bits do not depend on which tokens share its
 // vector. Activation block (per vector of 16 tokens): 16 pairs × 64 bytes,
-// then 16 float32 scales dx and 16 float32 sums dx·Σq. Weight types with a
-// min per block (Q4_K) take the kernels with mins, which add the block's
-// -dmin·m (a third side buffer) times dx·Σq.
+// then 16 float32 scales dx (the block's group's) and 16 float32 sums Σq.
+// Weight types with a min per block (Q4_K) take the kernels with mins,
+// which add the block's -dmin·m (a third side buffer) times Σq.
 const (
 	fastBlock = 1280
 	fastDX    = 1024
-	fastSX    = 1088 // dx·Σq: the block's sum, for the types with mins
-	fastSX0   = 1152 // dx·Σq over its first 16, for mins per 16 (Q2_K)
+	fastSX    = 1088 // Σq: the block's sum, for the types with mins
+	fastSX0   = 1152 // Σq over its first 16, for mins per 16 (Q2_K)
 	fastSX1   = 1216 // and over its last 16
+	// fastScaleBlocks is the blocks sharing an activation scale (from a
+	// call's first block; kernels.fastScaleBlocks).
+	fastScaleBlocks = 8
 )
 
 var (
@@ -107,7 +111,7 @@ func genFast(R, V int, fv fastVariant, y bool) {
 	if y {
 		lanes = " (the last vector's lanes l < 8 only; out's others untouched)"
 	}
-	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over nb blocks b of ds[r][b]·dx[v][l][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens%s (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its %d rows r.",
+	Doc(fmt.Sprintf("%s adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j]%s for %d rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and %d interleaved activation vectors of 16 tokens%s (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its %d rows r.",
 		name, extra, R, V, lanes, R))
 	ws := newStrided(Load(Param("ws"), GP64()), Load(Param("ldw"), GP64()), R)
 	ldd := Load(Param("ldd"), GP64())
@@ -140,12 +144,26 @@ func genFast(R, V int, fv fastVariant, y bool) {
 		}
 		return Mem{Base: xa, Index: ldx, Scale: 1, Disp: off}
 	}
-	out := make([][]VecVirtual, R)
+	// out sums the groups (kernels.fastScaleBlocks blocks sharing the
+	// activations' scale dx, from the call's first block) times their dx;
+	// og a group's blocks, in units of its dx.
+	out, og := make([][]VecVirtual, R), make([][]VecVirtual, R)
 	for r := range out {
-		out[r] = make([]VecVirtual, V)
+		out[r], og[r] = make([]VecVirtual, V), make([]VecVirtual, V)
 		for v := range out[r] {
-			out[r][v] = vec(v)
+			out[r][v], og[r][v] = vec(v), vec(v)
 			VXORPS(out[r][v], out[r][v], out[r][v])
+		}
+	}
+	g := GP64()
+	Label("group")
+	MOVQ(U32(fastScaleBlocks), g)
+	CMPQ(nb, g)
+	CMOVQLT(nb, g) // the group's blocks: min(8, the call's left)
+	SUBQ(g, nb)
+	for r := range og {
+		for v := range og[r] {
+			VXORPS(og[r][v], og[r][v], og[r][v])
 		}
 	}
 	Label("loop")
@@ -218,12 +236,7 @@ func genFast(R, V int, fv fastVariant, y bool) {
 				}
 			}
 		}
-		dx := make([]VecVirtual, V)
 		sx := make([][]VecVirtual, len(sxo))
-		for v := range dx {
-			dx[v] = vec(v)
-			VMOVUPS(xat(v, fastDX), dx[v])
-		}
 		for i, o := range sxo {
 			sx[i] = make([]VecVirtual, V)
 			for v := range sx[i] {
@@ -234,11 +247,9 @@ func genFast(R, V int, fv fastVariant, y bool) {
 		for r := 0; r < R; r++ {
 			for v := 0; v < V; v++ {
 				VCVTDQ2PS(acc[0][r][v], acc[0][r][v])
-				c := vec(v)
-				VMULPS_BCST(ds.at(r, so), dx[v], c) // dw·dx, rounded
-				VFMADD231PS(c, acc[0][r][v], out[r][v])
+				VFMADD231PS_BCST(ds.at(r, so), acc[0][r][v], og[r][v]) // + dw·Σ w·q
 				for i := range mo {
-					VFMADD231PS_BCST(dm.at(r, mo[i]), sx[i][v], out[r][v]) // + (-dmin·m)·dx·Σq
+					VFMADD231PS_BCST(dm.at(r, mo[i]), sx[i][v], og[r][v]) // + (-dmin·m)·Σq
 				}
 			}
 		}
@@ -267,8 +278,15 @@ func genFast(R, V int, fv fastVariant, y bool) {
 		ADDQ(U32(step), dm.base)
 	}
 	ADDQ(U32(fastBlock), xa)
-	DECQ(nb)
+	DECQ(g)
 	JNZ(LabelRef("loop"))
+	for r := 0; r < R; r++ {
+		for v := 0; v < V; v++ {
+			VFMADD231PS(xat(v, fastDX-fastBlock), og[r][v], out[r][v]) // + dx·(the group's sum), the last block's dx
+		}
+	}
+	TESTQ(nb, nb)
+	JNZ(LabelRef("group"))
 	outp := Load(Param("out"), GP64())
 	ldo := Load(Param("ldo"), GP64())
 	for r := 0; r < R; r++ {
@@ -1153,17 +1171,20 @@ func genQuantScaled() string {
 	return name
 }
 
-// genQuant16 emits kernels.quantizeBlock16 for nb blocks of one token: per
-// block of 32 float32s at x, d = max|x|/32767, q = round(x/d) halfway away
-// from zero (degenerate blocks as genQuant's), the 16 pairs of int16
-// quants scattered to dst + 64p (the token's lane of its group's block)
-// and d to dst + 1024; x advances 128 bytes and dst fastBlock a block.
+// genQuant16 emits kernels.quantizeGroup16 for the nb blocks of one token,
+// in groups of 8 blocks from the first (the last group the blocks left):
+// per group of float32s at x, d = max|x|/32767 (NaN if any x is NaN),
+// q = round(x/d) halfway away from zero (degenerate groups as genQuant's
+// blocks), each block's 16 pairs of int16 quants scattered to dst + 64p
+// (the token's lane of its group's block), d to dst + fastDX and the
+// block's Σq (whole, first and last 16) as float32 to dst + fastSX,
+// fastSX0, fastSX1; x advances 128 bytes and dst fastBlock a block.
 func genQuant16() string {
 	a := avx512
 	name := "quant16_VNNI"
 	TEXT(name, NOSPLIT, "func(x *float32, nb int, dst *byte)")
 	Pragma("noescape")
-	Doc(name + " quantises nb blocks of 32 float32s at x to int16 pairs at dst+64p and their scale at dst+1024, a block every 1088 bytes of dst (kernels.fastActs' lane of one token).")
+	Doc(name + " quantises nb blocks of 32 float32s at x, with one scale for each 8 blocks, to int16 pairs at dst+64p, the scale at dst+1024 and the block's sums of quants at dst+1088.., a block every 1280 bytes of dst (kernels.fastActs' lane of one token).")
 	x := Load(Param("x"), GP64())
 	n := Load(Param("nb"), GP64())
 	dst := Load(Param("dst"), GP64())
@@ -1184,21 +1205,31 @@ func genQuant16() string {
 
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
-	Label("loop")
-	v := []VecVirtual{ZMM(), ZMM()}
-	VMOVUPS(Mem{Base: x}, v[0])
-	VMOVUPS(Mem{Base: x, Disp: 64}, v[1])
-	kn, k1 := K(), K()
-	VCMPPS(U8(cmpUNORDQ), v[0], v[0], kn)
-	VCMPPS(U8(cmpUNORDQ), v[1], v[1], k1)
-	KORW(k1, kn, kn)
-	KORTESTW(kn, kn)
-	JNZ(LabelRef("nan"))
-
-	m, t0 := ZMM(), ZMM()
-	VANDPS(absMask, v[0], m)
-	VANDPS(absMask, v[1], t0)
-	VMAXPS(t0, m, m)
+	Label("group")
+	g := GP64()
+	MOVQ(U32(fastScaleBlocks), g)
+	CMPQ(n, g)
+	CMOVQLT(n, g) // the group's blocks
+	SUBQ(g, n)
+	// The group's max |x|, and whether any x is NaN.
+	m, kn := ZMM(), K()
+	VXORPS(m, m, m)
+	KXORW(kn, kn, kn)
+	xp, c := GP64(), GP64()
+	MOVQ(x, xp)
+	MOVQ(g, c)
+	Label("max")
+	for o := 0; o < 128; o += 64 {
+		v, k := ZMM(), K()
+		VMOVUPS(Mem{Base: xp, Disp: o}, v)
+		VCMPPS(U8(cmpUNORDQ), v, v, k)
+		KORW(k, kn, kn)
+		VANDPS(absMask, v, v)
+		VMAXPS(v, m, m)
+	}
+	ADDQ(U32(128), xp)
+	DECQ(c)
+	JNZ(LabelRef("max"))
 	my := m.AsY()
 	ty := YMM()
 	VEXTRACTF64X4(U8(1), m, ty)
@@ -1212,6 +1243,10 @@ func genQuant16() string {
 	VMAXPS(t, mx, mx)
 	d := ZMM()
 	VBROADCASTSS(mx, d)
+	KORTESTW(kn, kn)
+	JZ(LabelRef("finite"))
+	VMOVUPS(a.constVec("nan", 0x7fc00000), d) // NaN: d NaN, no quants
+	Label("finite")
 	VDIVPS(c32767, d, d) // d = amax/32767
 	id := ZMM()
 	VMOVUPS(one, id)
@@ -1222,17 +1257,20 @@ func genQuant16() string {
 	KANDW(k2, kq, kq)
 	VCMPPS(U8(cmpNLTUQ), tiny, d, kd)
 	VMOVAPS_Z(d, kd, d)
+	Label("block")
 	VMOVSS(d.AsX(), Mem{Base: dst, Disp: fastDX})
 	var r [2]VecVirtual
-	for u := range v {
-		VMULPS(id, v[u], v[u])
-		r[u] = a.roundHalfAway(v[u], absMask, signMask, one, half)
+	for u := range r {
+		v := ZMM()
+		VMOVUPS(Mem{Base: x, Disp: 64 * u}, v)
+		VMULPS(id, v, v)
+		r[u] = a.roundHalfAway(v, absMask, signMask, one, half)
 		VCVTPS2DQ_Z(r[u], kq, r[u])
 	}
 	q := packWords(r)
-	// dx·Σq over each half and the whole: the pairs' sums (VPMADDWD by
+	// Σq over each half and the whole: the pairs' sums (VPMADDWD by
 	// ones: dwords 0-7 the first 16 quants, 8-15 the last), then the
-	// lanes' (exact in int32).
+	// lanes' (exact in int32 and in float32).
 	sq := ZMM()
 	VPMADDWD(a.constVec("ones16", 0x00010001), q, sq)
 	hsum := func(y VecVirtual) VecVirtual { // the 8 dwords of a ymm, in lane 0
@@ -1255,34 +1293,20 @@ func genQuant16() string {
 		off int
 	}{{st, fastSX}, {s0, fastSX0}, {s1, fastSX1}} {
 		VCVTDQ2PS(o.v, o.v)
-		VMULSS(d.AsX(), o.v, o.v)
 		VMOVSS(o.v, Mem{Base: dst, Disp: o.off})
 	}
 	ks := K()
 	KXNORW(ks, ks, ks)
 	VPSCATTERDD(q, ks, Mem{Base: dst, Index: ix, Scale: 1})
-	Label("next")
 	ADDQ(U32(128), x)
 	ADDQ(U32(fastBlock), dst)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
+	DECQ(g)
+	JNZ(LabelRef("block"))
+	TESTQ(n, n)
+	JNZ(LabelRef("group"))
 	Label("done")
 	VZEROUPPER()
 	RET()
-
-	Label("nan")
-	nan := ZMM()
-	VMOVUPS(a.constVec("nan", 0x7fc00000), nan)
-	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastDX})
-	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastSX})
-	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastSX0})
-	VMOVSS(nan.AsX(), Mem{Base: dst, Disp: fastSX1})
-	z := ZMM()
-	VXORPS(z, z, z)
-	k := K()
-	KXNORW(k, k, k)
-	VPSCATTERDD(z, k, Mem{Base: dst, Index: ix, Scale: 1})
-	JMP(LabelRef("next"))
 	return name
 }
 
