@@ -421,8 +421,10 @@ type fastFamily struct {
 	full, one   []fastKernel
 	fullM, oneM []fastMKernel // with mins
 	fullH, oneH []fastHKernel // with a scale per 16 weights
-	// with a scale and a min per 16 weights
+	// with a scale and a min per 16 weights, by super-blocks (Q2_K)
 	fullHM, oneHM []fastHMKernel
+	// plain by super-blocks (Q3_K): a group's 8 blocks summed in int32
+	fullS, oneS []fastKernel
 }
 
 // fastRows is the rows of a block of fastMatMul: two 64-byte lines of
@@ -474,6 +476,11 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 	rb := m.stride()
 	scaled, mins := m.Type == tensor.I8, hasMins(m.Type)
 	halves := m.Type == tensor.Q6_K || m.Type == tensor.Q2_K
+	// Q2_K's and Q3_K's blocks sum a group in int32 (by super-blocks): a
+	// super-block of 256 is a group with one d, and its weights, widened
+	// times their scales (at most 45 and 128), times 256 int16 quants stay
+	// below 2^31.
+	super := m.Type == tensor.Q2_K || m.Type == tensor.Q3_K
 	parts := 1 // scales a block
 	if halves {
 		parts = 2
@@ -542,7 +549,7 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 				if mins {
 					mn = dm
 				}
-				fastTileRef(out, gsz, ws, ds, mn, halves, nb, a.buf[xo:], a.stride(), rows, v)
+				fastTileRef(out, gsz, ws, ds, mn, halves, super, nb, a.buf[xo:], a.stride(), rows, v)
 			case halves && mins:
 				kern := fam.fullHM
 				if rows < R {
@@ -561,6 +568,12 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 					kern = fam.oneM
 				}
 				kern[k].call(&ws[0], nb*64, &ds[0], &dm[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
+			case super:
+				kern := fam.fullS
+				if rows < R {
+					kern = fam.oneS
+				}
+				kern[k].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			default:
 				kern := fam.full
 				if rows < R {
@@ -981,8 +994,10 @@ var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
 // mins) dm·Σq added with one rounding, from zero over each group of
 // fastScaleBlocks blocks (the call's nb blocks start a group), whose sum
 // times its dx is added to the call's with one rounding; that is then
-// added to tile[j·ldo + 16r + l] (ldo in floats).
-func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bool, nb int, xa []byte, ldx, rows, v int) {
+// added to tile[j·ldo + 16r + l] (ldo in floats). With super (Q2_K and
+// Q3_K, see fastMatMul), the group's integer sums are added up first and their sum, converted,
+// is added times the group's last ds after the group's mins.
+func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves, super bool, nb int, xa []byte, ldx, rows, v int) {
 	parts, per := 1, 32 // weights a scale
 	minParts := 1       // mins a block
 	slots := 1          // ds and dm entries a block
@@ -998,6 +1013,7 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 		for j := 0; j < v; j++ {
 			for l := 0; l < fastLanes; l++ {
 				var acc, og float32
+				var sg int32 // the group's sum, by super-blocks
 				for b := 0; b < nb; b++ {
 					wb := ws[(r*nb+b)*64:]
 					xb := xa[j*ldx+b*fastBlock:]
@@ -1010,7 +1026,11 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 							s += int32(w) * int32(x)
 						}
 						i := (r*nb+b)*slots + h
-						og = fma32(float32(s), ds[i], og)
+						if super {
+							sg += s
+						} else {
+							og = fma32(float32(s), ds[i], og)
+						}
 						if dm == nil {
 							continue
 						}
@@ -1023,6 +1043,10 @@ func fastTileRef(tile []float32, ldo int, ws []byte, ds, dm []float32, halves bo
 						}
 					}
 					if (b+1)%fastScaleBlocks == 0 || b == nb-1 {
+						if super {
+							og = fma32(float32(sg), ds[(r*nb+b)*slots], og)
+							sg = 0
+						}
 						acc = fma32(og, getF32(xb[fastDX+4*l:]), acc)
 						og = 0
 					}

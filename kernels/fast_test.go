@@ -269,6 +269,59 @@ func groupAmax(x []float32, k int) float64 {
 	return a
 }
 
+// TestFastSuperBlockBound: Q2_K's and Q3_K's kernels sum a super-block's
+// 256 products in int32; at the largest widened weights (45 and 128) and
+// quants (32767), all of one sign, the sums still fit, and the fast product
+// is the exact one up to float32 rounding.
+func TestFastSuperBlockBound(t *testing.T) {
+	const out, in, n = 4, 512, 3
+	for _, c := range []struct {
+		dt  tensor.DType
+		blk func(b []byte) // one super-block of the largest widened weights
+	}{
+		{tensor.Q2_K, func(b []byte) { // scale 15, min 0, quants 3, d 1, dmin 0
+			for i := range b[:80] {
+				b[i] = 0xff
+				if i < 16 {
+					b[i] = 0x0f
+				}
+			}
+			b[80], b[81] = 0x00, 0x3c
+		}},
+		{tensor.Q3_K, func(b []byte) { // scales 0 (-32), quants -4, d 1
+			b[108], b[109] = 0x00, 0x3c
+		}},
+	} {
+		rb, _ := c.dt.RowBytes(in)
+		m := Mat{Type: c.dt, Out: out, In: in, Data: make([]byte, out*rb)}
+		for o := 0; o < len(m.Data); o += c.dt.BlockBytes() {
+			c.blk(m.Data[o : o+c.dt.BlockBytes()])
+		}
+		row := make([]float32, in)
+		if err := tensor.DecodeRow(row, c.dt, m.Data[:rb]); err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, n*in)
+		for i := range x {
+			x[i] = 1
+		}
+		want := 0.0
+		for _, w := range row {
+			want += float64(w)
+		}
+		if want != 45*in && want != 128*in {
+			t.Fatalf("%v: a row sums to %g: not the largest widened weights", c.dt, want)
+		}
+		got := make([]float32, n*out)
+		MatMulRowsP(got, x, n, &m, 0, out, Fast)
+		for i, g := range got {
+			if math.Abs(float64(g)-want) > 1e-5*want {
+				t.Fatalf("%v: out %d = %g, want %g", c.dt, i, g, want)
+			}
+		}
+	}
+}
+
 // TestFastForScaleGrid: an I8 matrix of several shards takes the fast
 // path only if its shards are whole scale groups of the activations.
 func TestFastForScaleGrid(t *testing.T) {

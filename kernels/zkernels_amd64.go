@@ -2658,15 +2658,25 @@ func fast16h_4x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int
 //go:noescape
 func fast16h_1x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16hm_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16hm_4x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16hm_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16hm_1x1_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
+
+// fast16s_4x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+//
+//go:noescape
+func fast16s_4x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
+
+// fast16s_1x1_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+//
+//go:noescape
+func fast16s_1x1_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
 // fast16_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
@@ -2698,15 +2708,25 @@ func fast16h_4x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int
 //go:noescape
 func fast16h_1x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16hm_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16hm_4x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16hm_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16hm_1x2_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
+
+// fast16s_4x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+//
+//go:noescape
+func fast16s_4x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
+
+// fast16s_1x2_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+//
+//go:noescape
+func fast16s_1x2_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
 // fast16_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
@@ -2738,15 +2758,25 @@ func fast16h_4x1y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx in
 //go:noescape
 func fast16h_1x1y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16hm_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16hm_4x1y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16hm_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16hm_1x1y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
+
+// fast16s_4x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+//
+//go:noescape
+func fast16s_4x1y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
+
+// fast16s_1x1y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 1 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+//
+//go:noescape
+func fast16s_1x1y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
 // fast16_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
@@ -2778,15 +2808,25 @@ func fast16h_4x2y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx in
 //go:noescape
 func fast16h_1x2y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+// fast16hm_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
 //
 //go:noescape
 func fast16hm_4x2y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
-// fast16hm_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+// fast16hm_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights) (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
 //
 //go:noescape
 func fast16hm_1x2y_VNNI(ws *byte, ldw int, ds *float32, dm *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
+
+// fast16s_4x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 4 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 4 rows r.
+//
+//go:noescape
+func fast16s_4x2y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
+
+// fast16s_1x2y_VNNI adds to out[v·ldo/4 + 16r + l] the sum over the groups of 8 of the nb blocks of dx[v][l] (the group's) times the group's sum over blocks b of ds[r][b]·Σ_j ws[r][b][j]·xq[v][l][b][j] (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale) for 1 rows of widened weights (ws: int16, stride ldw bytes; ds: float32 scales, stride ldd bytes) and 2 interleaved activation vectors of 16 tokens (the last vector's lanes l < 8 only; out's others untouched) (stride ldx bytes; kernels.fastActs); each block also prefetches pf + b·pfstep + r·pfld for its 1 rows r.
+//
+//go:noescape
+func fast16s_1x2y_VNNI(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int)
 
 // widenQ8_VNNI widens nb blocks of each of rows Q8 weight rows (stride ldw bytes) to int16 at dst (row r, block b at (r·nb+b)·64 bytes) and their scales to float32 at ds (at r·nb+b).
 //

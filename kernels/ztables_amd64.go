@@ -263,12 +263,20 @@ func (k fastMKernel) call(ws *byte, ldw int, ds *float32, dm *float32, ldd int, 
 const (
 	k_fast16_4x1_VNNI fastKernel = iota + 1
 	k_fast16_1x1_VNNI
+	k_fast16s_4x1_VNNI
+	k_fast16s_1x1_VNNI
 	k_fast16_4x2_VNNI
 	k_fast16_1x2_VNNI
+	k_fast16s_4x2_VNNI
+	k_fast16s_1x2_VNNI
 	k_fast16_4x1y_VNNI
 	k_fast16_1x1y_VNNI
+	k_fast16s_4x1y_VNNI
+	k_fast16s_1x1y_VNNI
 	k_fast16_4x2y_VNNI
 	k_fast16_1x2y_VNNI
+	k_fast16s_4x2y_VNNI
+	k_fast16s_1x2y_VNNI
 )
 
 func (k fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx int, nb int, out *float32, ldo int, pf *byte, pfld int, pfstep int) {
@@ -277,18 +285,34 @@ func (k fastKernel) call(ws *byte, ldw int, ds *float32, ldd int, xa *byte, ldx 
 		fast16_4x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_1x1_VNNI:
 		fast16_1x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16s_4x1_VNNI:
+		fast16s_4x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16s_1x1_VNNI:
+		fast16s_1x1_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_4x2_VNNI:
 		fast16_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_1x2_VNNI:
 		fast16_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16s_4x2_VNNI:
+		fast16s_4x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16s_1x2_VNNI:
+		fast16s_1x2_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_4x1y_VNNI:
 		fast16_4x1y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_1x1y_VNNI:
 		fast16_1x1y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16s_4x1y_VNNI:
+		fast16s_4x1y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16s_1x1y_VNNI:
+		fast16s_1x1y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_4x2y_VNNI:
 		fast16_4x2y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	case k_fast16_1x2y_VNNI:
 		fast16_1x2y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16s_4x2y_VNNI:
+		fast16s_4x2y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
+	case k_fast16s_1x2y_VNNI:
+		fast16s_1x2y_VNNI(ws, ldw, ds, ldd, xa, ldx, nb, out, ldo, pf, pfld, pfstep)
 	default:
 		panic("kernels: no such kernel")
 	}
@@ -2138,7 +2162,7 @@ var intAVXVNNI = [...]intFamily{
 	ikI8: {R: 2, T: 3, B: 1, full: []intKernel{k_intI8_2x1_AVXVNNI, k_intI8_2x2_AVXVNNI, k_intI8_2x3_AVXVNNI}, one: []intKernel{k_intI8_1x1_AVXVNNI, k_intI8_1x2_AVXVNNI, k_intI8_1x3_AVXVNNI}},
 }
 
-var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI, k_fast16_4x1y_VNNI, k_fast16_4x2y_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI, k_fast16_1x1y_VNNI, k_fast16_1x2y_VNNI}, fullM: []fastMKernel{k_fast16m_4x1_VNNI, k_fast16m_4x2_VNNI, k_fast16m_4x1y_VNNI, k_fast16m_4x2y_VNNI}, oneM: []fastMKernel{k_fast16m_1x1_VNNI, k_fast16m_1x2_VNNI, k_fast16m_1x1y_VNNI, k_fast16m_1x2y_VNNI}, fullH: []fastHKernel{k_fast16h_4x1_VNNI, k_fast16h_4x2_VNNI, k_fast16h_4x1y_VNNI, k_fast16h_4x2y_VNNI}, oneH: []fastHKernel{k_fast16h_1x1_VNNI, k_fast16h_1x2_VNNI, k_fast16h_1x1y_VNNI, k_fast16h_1x2y_VNNI}, fullHM: []fastHMKernel{k_fast16hm_4x1_VNNI, k_fast16hm_4x2_VNNI, k_fast16hm_4x1y_VNNI, k_fast16hm_4x2y_VNNI}, oneHM: []fastHMKernel{k_fast16hm_1x1_VNNI, k_fast16hm_1x2_VNNI, k_fast16hm_1x1y_VNNI, k_fast16hm_1x2y_VNNI}}
+var fastVNNI = fastFamily{R: 4, V: 2, full: []fastKernel{k_fast16_4x1_VNNI, k_fast16_4x2_VNNI, k_fast16_4x1y_VNNI, k_fast16_4x2y_VNNI}, one: []fastKernel{k_fast16_1x1_VNNI, k_fast16_1x2_VNNI, k_fast16_1x1y_VNNI, k_fast16_1x2y_VNNI}, fullM: []fastMKernel{k_fast16m_4x1_VNNI, k_fast16m_4x2_VNNI, k_fast16m_4x1y_VNNI, k_fast16m_4x2y_VNNI}, oneM: []fastMKernel{k_fast16m_1x1_VNNI, k_fast16m_1x2_VNNI, k_fast16m_1x1y_VNNI, k_fast16m_1x2y_VNNI}, fullH: []fastHKernel{k_fast16h_4x1_VNNI, k_fast16h_4x2_VNNI, k_fast16h_4x1y_VNNI, k_fast16h_4x2y_VNNI}, oneH: []fastHKernel{k_fast16h_1x1_VNNI, k_fast16h_1x2_VNNI, k_fast16h_1x1y_VNNI, k_fast16h_1x2y_VNNI}, fullHM: []fastHMKernel{k_fast16hm_4x1_VNNI, k_fast16hm_4x2_VNNI, k_fast16hm_4x1y_VNNI, k_fast16hm_4x2y_VNNI}, oneHM: []fastHMKernel{k_fast16hm_1x1_VNNI, k_fast16hm_1x2_VNNI, k_fast16hm_1x1y_VNNI, k_fast16hm_1x2y_VNNI}, fullS: []fastKernel{k_fast16s_4x1_VNNI, k_fast16s_4x2_VNNI, k_fast16s_4x1y_VNNI, k_fast16s_4x2y_VNNI}, oneS: []fastKernel{k_fast16s_1x1_VNNI, k_fast16s_1x2_VNNI, k_fast16s_1x1y_VNNI, k_fast16s_1x2y_VNNI}}
 
 var widenVNNI = [...]widenKernel{k_widenQ8_VNNI, k_widenI8_VNNI, k_widenQ40_VNNI, k_widenIQ4NL_VNNI, k_widenQ4K_VNNI, k_widenQ5K_VNNI, k_widenQ41_VNNI, k_widenQ50_VNNI, k_widenQ51_VNNI, k_widenQ6K_VNNI, k_widenIQ4XS_VNNI, k_widenQ3K_VNNI, k_widenQ2K_VNNI}
 

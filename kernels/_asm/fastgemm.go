@@ -63,8 +63,16 @@ const (
 	fvPlain fastVariant = iota
 	fvMins
 	fvHalves
-	fvHalvesMins // a min per 16, weights widened times their scale per 16 (Q2_K)
+	fvHalvesMins // a min per 16, weights widened times their scale per 16 (Q2_K), by super-blocks
+	fvSuper      // plain by super-blocks (Q3_K)
 )
+
+// bySuperBlock reports whether fv's kernels sum a group's 8 blocks in
+// int32 and convert once: the weights of Q2_K and Q3_K (widened times
+// their scale per 16, at most 45 and 128 in magnitude) share one scale d
+// in a super-block of 256, which is a group of the activations' scale, and
+// 256 products of them by int16 quants stay below 2^31.
+func (fv fastVariant) bySuperBlock() bool { return fv == fvHalvesMins || fv == fvSuper }
 
 // fastName names a kernel; y marks the ones whose last vector is a ymm of
 // 8 tokens (the group's lanes 0..7).
@@ -73,7 +81,7 @@ func fastName(R, V int, fv fastVariant, y bool) string {
 	if y {
 		s = "y"
 	}
-	return fmt.Sprintf("fast16%s_%dx%d%s_VNNI", [...]string{"", "m", "h", "hm"}[fv], R, V, s)
+	return fmt.Sprintf("fast16%s_%dx%d%s_VNNI", [...]string{"", "m", "h", "hm", "s"}[fv], R, V, s)
 }
 
 // genFast emits the product kernel of R rows by V vectors of 16 tokens,
@@ -106,6 +114,9 @@ func genFast(R, V int, fv fastVariant, y bool) {
 	}
 	if halves && mins {
 		extra = " + Σ_h dm[r][b][h]·sx[v][l][b][h] (ds: two a block, the first used; dm and the sums: two a block, one for each 16 weights)"
+	}
+	if fv.bySuperBlock() {
+		extra += " (a group's 8 blocks summed in int32 and multiplied by the last one's ds: whole super-blocks of one scale)"
 	}
 	lanes := ""
 	if y {
@@ -155,6 +166,56 @@ func genFast(R, V int, fv fastVariant, y bool) {
 			VXORPS(out[r][v], out[r][v], out[r][v])
 		}
 	}
+	// With one vector of tokens, R chains of VPDPWSSD would wait on its
+	// latency: each row's pairs then alternate between two accumulators,
+	// added at the block's end (integers: the same sum), or by
+	// super-blocks at the group's.
+	chains := 1
+	if V == 1 {
+		chains = 2
+	}
+	newAcc := func() [][][]VecVirtual {
+		acc := make([][][]VecVirtual, chains)
+		for c := range acc {
+			acc[c] = make([][]VecVirtual, R)
+			for r := range acc[c] {
+				acc[c][r] = make([]VecVirtual, V)
+				for v := range acc[c][r] {
+					acc[c][r][v] = vec(v)
+				}
+			}
+		}
+		return acc
+	}
+	zero := func(acc [][][]VecVirtual) {
+		for c := range acc {
+			for r := range acc[c] {
+				for _, a := range acc[c][r] {
+					VXORPS(a, a, a)
+				}
+			}
+		}
+	}
+	// addChains adds the chains into acc[0] and converts it to float32.
+	addChains := func(acc [][][]VecVirtual) {
+		for c := 1; c < chains; c++ {
+			for r := 0; r < R; r++ {
+				for v := 0; v < V; v++ {
+					VPADDD(acc[c][r][v], acc[0][r][v], acc[0][r][v])
+				}
+			}
+		}
+		for r := 0; r < R; r++ {
+			for v := 0; v < V; v++ {
+				VCVTDQ2PS(acc[0][r][v], acc[0][r][v])
+			}
+		}
+	}
+	super := fv.bySuperBlock()
+	var sacc [][][]VecVirtual // the group's sums, by super-blocks
+	if super {
+		sacc = newAcc()
+	}
 	g := GP64()
 	Label("group")
 	MOVQ(U32(fastScaleBlocks), g)
@@ -165,6 +226,9 @@ func genFast(R, V int, fv fastVariant, y bool) {
 		for v := range og[r] {
 			VXORPS(og[r][v], og[r][v], og[r][v])
 		}
+	}
+	if super {
+		zero(sacc)
 	}
 	Label("loop")
 	for r := 0; r < R; r++ {
@@ -185,24 +249,13 @@ func genFast(R, V int, fv fastVariant, y bool) {
 	// with scale (ds row offset) so: the whole block at once, or with
 	// halves each 16 weights with its own scale; and with mins, each min
 	// at dm row offset mo[i] times the sums at sxo[i].
+	// By super-blocks the pairs go into the group's sums instead and only
+	// the mins are added a block.
 	part := func(p0, p1, so int, mo, sxo []int) {
-		// With one vector of tokens, R chains of VPDPWSSD would wait on
-		// its latency: each row's pairs then alternate between two
-		// accumulators, added at the block's end (integers: the same sum).
-		chains := 1
-		if V == 1 {
-			chains = 2
-		}
-		acc := make([][][]VecVirtual, chains)
-		for c := range acc {
-			acc[c] = make([][]VecVirtual, R)
-			for r := range acc[c] {
-				acc[c][r] = make([]VecVirtual, V)
-				for v := range acc[c][r] {
-					acc[c][r][v] = vec(v)
-					VXORPS(acc[c][r][v], acc[c][r][v], acc[c][r][v])
-				}
-			}
+		acc := sacc
+		if !super {
+			acc = newAcc()
+			zero(acc)
 		}
 		for p := p0; p < p1; p++ {
 			a := acc[(p-p0)%chains]
@@ -229,12 +282,8 @@ func genFast(R, V int, fv fastVariant, y bool) {
 				}
 			}
 		}
-		for c := 1; c < chains; c++ {
-			for r := 0; r < R; r++ {
-				for v := 0; v < V; v++ {
-					VPADDD(acc[c][r][v], acc[0][r][v], acc[0][r][v])
-				}
-			}
+		if !super {
+			addChains(acc)
 		}
 		sx := make([][]VecVirtual, len(sxo))
 		for i, o := range sxo {
@@ -246,8 +295,9 @@ func genFast(R, V int, fv fastVariant, y bool) {
 		}
 		for r := 0; r < R; r++ {
 			for v := 0; v < V; v++ {
-				VCVTDQ2PS(acc[0][r][v], acc[0][r][v])
-				VFMADD231PS_BCST(ds.at(r, so), acc[0][r][v], og[r][v]) // + dw·Σ w·q
+				if !super {
+					VFMADD231PS_BCST(ds.at(r, so), acc[0][r][v], og[r][v]) // + dw·Σ w·q
+				}
 				for i := range mo {
 					VFMADD231PS_BCST(dm.at(r, mo[i]), sx[i][v], og[r][v]) // + (-dmin·m)·Σq
 				}
@@ -265,7 +315,7 @@ func genFast(R, V int, fv fastVariant, y bool) {
 		part(8, 16, 4, nil, nil)
 	case mins:
 		part(0, 16, 0, []int{0}, []int{fastSX})
-	default:
+	default: // plain, and by super-blocks
 		part(0, 16, 0, nil, nil)
 	}
 	ws.advance(64)
@@ -280,8 +330,14 @@ func genFast(R, V int, fv fastVariant, y bool) {
 	ADDQ(U32(fastBlock), xa)
 	DECQ(g)
 	JNZ(LabelRef("loop"))
+	if super {
+		addChains(sacc)
+	}
 	for r := 0; r < R; r++ {
 		for v := 0; v < V; v++ {
+			if super {
+				VFMADD231PS_BCST(ds.at(r, -step), sacc[0][r][v], og[r][v]) // + d·Σ w·q, the last block's d (the super-block's)
+			}
 			VFMADD231PS(xat(v, fastDX-fastBlock), og[r][v], out[r][v]) // + dx·(the group's sum), the last block's dx
 		}
 	}
@@ -966,10 +1022,10 @@ func genWidenCB(k dqkind) string {
 // widenVNNI and widenCBVNNI.
 func genFastTable(tb *strings.Builder) {
 	R, V := fastShape()
-	var full, one, fullM, oneM, fullH, oneH, fullHM, oneHM []string
+	var full, one, fullM, oneM, fullH, oneH, fullHM, oneHM, fullS, oneS []string
 	for _, y := range []bool{false, true} { // kernels.fastFamily's index V·y + v-1
 		for v := 1; v <= V; v++ {
-			for _, fv := range []fastVariant{fvPlain, fvMins, fvHalves, fvHalvesMins} {
+			for _, fv := range []fastVariant{fvPlain, fvMins, fvHalves, fvHalvesMins, fvSuper} {
 				genFast(R, v, fv, y)
 				genFast(1, v, fv, y)
 			}
@@ -981,10 +1037,12 @@ func genFastTable(tb *strings.Builder) {
 			oneM = append(oneM, fastMGroup.add(fastName(1, v, fvMins, y)))
 			fullH = append(fullH, fastHGroup.add(fastName(R, v, fvHalves, y)))
 			oneH = append(oneH, fastHGroup.add(fastName(1, v, fvHalves, y)))
+			fullS = append(fullS, fastGroup.add(fastName(R, v, fvSuper, y)))
+			oneS = append(oneS, fastGroup.add(fastName(1, v, fvSuper, y)))
 		}
 	}
-	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}, fullH: []fastHKernel{%s}, oneH: []fastHKernel{%s}, fullHM: []fastHMKernel{%s}, oneHM: []fastHMKernel{%s}}\n",
-		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "), strings.Join(fullH, ", "), strings.Join(oneH, ", "), strings.Join(fullHM, ", "), strings.Join(oneHM, ", "))
+	fmt.Fprintf(tb, "\nvar fastVNNI = fastFamily{R: %d, V: %d, full: []fastKernel{%s}, one: []fastKernel{%s}, fullM: []fastMKernel{%s}, oneM: []fastMKernel{%s}, fullH: []fastHKernel{%s}, oneH: []fastHKernel{%s}, fullHM: []fastHMKernel{%s}, oneHM: []fastHMKernel{%s}, fullS: []fastKernel{%s}, oneS: []fastKernel{%s}}\n",
+		R, V, strings.Join(full, ", "), strings.Join(one, ", "), strings.Join(fullM, ", "), strings.Join(oneM, ", "), strings.Join(fullH, ", "), strings.Join(oneH, ", "), strings.Join(fullHM, ", "), strings.Join(oneHM, ", "), strings.Join(fullS, ", "), strings.Join(oneS, ", "))
 	var widen []string
 	for k := fQ8; k <= fQ2K; k++ {
 		widen = append(widen, widenGroup.add(genWiden(k)))
