@@ -119,8 +119,8 @@ const (
 	fkQ5_1 // with a min per block
 	fkQ6_K // with a scale per 16 weights (fastHKernel)
 	fkIQ4_XS
-	fkQ3_K // each 16 widened times its scale
-	fkQ2_K // a min per 16 weights, each 16 widened times its scale (fastHMKernel)
+	fkQ3_K // each 16 widened times its scale (by super-blocks: fastS)
+	fkQ2_K // a min per 16 weights, each 16 widened times its scale (fastHMKernel, by super-blocks)
 	numFK
 )
 
@@ -921,7 +921,7 @@ func widenIQ4XSRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 // dequantQ3_K unpacks them; |(sc-32)·q| ≤ 128), and the super-block's d
 // at every block's scale: d·(sc-32) and its product with q are exact in
 // float32, so d times the widened weight is the dequantiser's value, and
-// a block sums at once with one scale (the plain kernels).
+// a super-block sums at once with one scale (the fastS kernels).
 func widenQ3KRef(ws []byte, ds []float32, w []byte, ldw, rows, nb int) {
 	put := func(o int, v int16) { ws[o], ws[o+1] = byte(uint16(v)), byte(uint16(v)>>8) }
 	le := func(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
