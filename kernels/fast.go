@@ -568,16 +568,16 @@ func (ks *kernelSet) fastMatMul(dst []float32, a *fastActs, t0, t1 int, m *Mat, 
 					kern = fam.oneM
 				}
 				kern[k].call(&ws[0], nb*64, &ds[0], &dm[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
-			case super:
-				kern := fam.fullS
-				if rows < R {
-					kern = fam.oneS
-				}
-				kern[k].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
-			default:
+			default: // plain, or by super-blocks
 				kern := fam.full
+				if super {
+					kern = fam.fullS
+				}
 				if rows < R {
 					kern = fam.one
+					if super {
+						kern = fam.oneS
+					}
 				}
 				kern[k].call(&ws[0], nb*64, &ds[0], nb*4, &a.buf[xo], a.stride(), nb, &out[0], 4*gsz, pf, pfld, pfs)
 			}
