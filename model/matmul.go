@@ -199,7 +199,7 @@ func (ws *workspace) matmulCapped(x []float32, n int, scale, softcap float32, ma
 		// Block partials first, then the loop over outputs combines them.
 		bt := &ws.blockJob
 		for j := range mats {
-			t.parts[j] = ws.blockParts(j, t.mats[j].Blocks(), n*t.mats[j].Out)
+			t.parts[j] = ws.blockParts(j, t.mats[j].Blocks(), n*t.mats[j].Out, 0)
 			bt.add(t.mats[j], x, n, t.parts[j])
 		}
 		ws.runBlocks()
@@ -241,10 +241,14 @@ func (ws *workspace) blocked(m *kernels.Mat, n int) bool {
 }
 
 // blockParts returns slot i's buffers for B block partials of size each,
-// growing them if needed. A product's partials live until its combining
-// loop has run; the MoE's slots 2i and 2i+1 (the up products of the
-// group's i-th expert) are reused for its linear_1 (slot i) only after.
-func (ws *workspace) blockParts(i, B, size int) [][]float32 {
+// growing them to room for bound if needed (an expert's share of its
+// group's rows, at most maxBlockRows, is sized for all of them, so that a
+// decode batch grows them once, not whenever one expert draws more of its
+// tokens). A product's partials
+// live until its combining loop has run; the MoE's slots 2i and 2i+1 (the
+// up products of the group's i-th expert) are reused for its linear_1
+// (slot i) only after.
+func (ws *workspace) blockParts(i, B, size, bound int) [][]float32 {
 	for len(ws.bparts) <= i {
 		ws.bparts = append(ws.bparts, nil)
 	}
@@ -254,7 +258,7 @@ func (ws *workspace) blockParts(i, B, size int) [][]float32 {
 	b := ws.bparts[i][:B]
 	for s := range b {
 		if cap(b[s]) < size {
-			b[s] = make([]float32, size)
+			b[s] = make([]float32, max(size, bound))
 		}
 		b[s] = b[s][:size]
 	}

@@ -210,8 +210,8 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, ws *workspace) 
 		if !ws.blocked(p.w, rows) || !ws.blocked(p.v, rows) {
 			continue
 		}
-		p.gateParts = ws.blockParts(2*i, p.w.Blocks(), len(p.rows)*p.w.Out)
-		p.upParts = ws.blockParts(2*i+1, p.v.Blocks(), len(p.rows)*p.v.Out)
+		p.gateParts = ws.blockParts(2*i, p.w.Blocks(), len(p.rows)*p.w.Out, rows*p.w.Out)
+		p.upParts = ws.blockParts(2*i+1, p.v.Blocks(), len(p.rows)*p.v.Out, rows*p.v.Out)
 		ws.blockJob.add(p.w, p.xs, len(p.rows), p.gateParts)
 		ws.blockJob.add(p.v, p.xs, len(p.rows), p.upParts)
 		blocked = true
@@ -229,7 +229,7 @@ func (m *MoELayer) runExperts(dst []float32, parts []expertPart, ws *workspace) 
 		if !ws.blocked(p.w1, rows) {
 			continue
 		}
-		p.downParts = ws.blockParts(i, p.w1.Blocks(), len(p.rows)*p.w1.Out)
+		p.downParts = ws.blockParts(i, p.w1.Blocks(), len(p.rows)*p.w1.Out, rows*p.w1.Out)
 		ws.blockJob.add(p.w1, p.h1, len(p.rows), p.downParts)
 		blocked = true
 	}

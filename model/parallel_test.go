@@ -158,8 +158,54 @@ func decodeSetup(tb testing.TB, lm *model.LanguageModel, prompt, ctx int) func()
 	}
 }
 
-// A decode step allocates nothing once the workspace has grown: not the
-// model, not the kernels, not the thread pool, not NewTP's shards, their
+// batchSetup prefills B slots with prompts of different lengths and
+// returns a function that runs one continuous-batching step: every slot
+// decodes a token, except that every fifth step one slot (in turn) takes
+// a chunk of 8 prompt tokens, as the runner's chunked prefill does; a slot
+// that reaches ctx is rewound to its prompt.
+func batchSetup(tb testing.TB, lm *model.LanguageModel, B, ctx int) func() {
+	c := lm.Config
+	mem, err := model.NewKVMemory(&c, B, ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	in := make([]model.Input, B)
+	prompt := make([]int, B)
+	for b := range in {
+		prompt[b] = 4 + 3*b
+		in[b] = model.Input{Slot: b, Tokens: randTokens(rng, prompt[b], c.VocabSize, false)}
+	}
+	if _, err := lm.Forward(mem, in); err != nil {
+		tb.Fatal(err)
+	}
+	one := make([][]int, B)
+	for b := range one {
+		one[b] = []int{1}
+	}
+	chunk := randTokens(rng, 8, c.VocabSize, false)
+	step := 0
+	return func() {
+		for b := range in {
+			in[b].Tokens = one[b]
+			if step%5 == 0 && b == step/5%B {
+				in[b].Tokens = chunk
+			}
+			if mem.Step(b)+len(in[b].Tokens) > ctx {
+				mem.Truncate(b, prompt[b])
+			}
+			one[b][0] = 1 + (mem.Step(b)*7+b)%(c.VocabSize-1)
+		}
+		step++
+		if _, err := lm.Forward(mem, in); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// A decode step allocates nothing once the workspace has grown, nor does
+// a continuous-batching step of several slots (batchSetup): not the model,
+// not the kernels, not the thread pool, not NewTP's shards, their
 // collectives or the shared page book. The allocations are counted over
 // whole loops of steps, exactly (testing.AllocsPerRun's average rounds a
 // few per loop down to 0), with a GC in the middle: a goroutine that parks
@@ -222,6 +268,7 @@ func TestDecodeStepDoesNotAllocate(t *testing.T) {
 			p := parallel.New(threads)
 			lm.Pool = p
 			check(fmt.Sprintf("%s, %d threads", src.name, threads), decodeSetup(t, lm, 8, 300))
+			check(fmt.Sprintf("%s, %d threads, 6 slots batched", src.name, threads), batchSetup(t, lm, 6, 300))
 			p.Close()
 		}
 	}
@@ -246,6 +293,7 @@ func TestDecodeStepDoesNotAllocate(t *testing.T) {
 					t.Fatal(err)
 				}
 				check(fmt.Sprintf("%s, %d threads, placed %v", src.name, threads, placed), decodeSetup(t, lm, 8, 300))
+				check(fmt.Sprintf("%s, %d threads, placed %v, 6 slots batched", src.name, threads, placed), batchSetup(t, lm, 6, 300))
 				lm.Close()
 				p.Close()
 			}
