@@ -244,10 +244,9 @@ func (ws *workspace) blocked(m *kernels.Mat, n int) bool {
 // growing them to room for bound if needed (an expert's share of its
 // group's rows, at most maxBlockRows, is sized for all of them, so that a
 // decode batch grows them once, not whenever one expert draws more of its
-// tokens). A product's partials
-// live until its combining loop has run; the MoE's slots 2i and 2i+1 (the
-// up products of the group's i-th expert) are reused for its linear_1
-// (slot i) only after.
+// tokens). A product's partials live until its combining loop has run;
+// the MoE's slots 2i and 2i+1 (the up products of the group's i-th
+// expert) are reused for its linear_1 (slot i) only after.
 func (ws *workspace) blockParts(i, B, size, bound int) [][]float32 {
 	for len(ws.bparts) <= i {
 		ws.bparts = append(ws.bparts, nil)
