@@ -274,6 +274,50 @@ func TestFusedEqualsTwoPass(t *testing.T) {
 	})
 }
 
+// The levels tablesQ4_K makes for the fused kernels that read them
+// (fusedTables) are the values the reference decoder gives each element
+// of the sub-block with that nibble: random blocks, extreme scales
+// included, and no write past the n blocks' tables.
+func TestTablesQ4KEqualDecodedLevels(t *testing.T) {
+	forLevels(t, func(t *testing.T) {
+		fam := active.fusedFamily(tensor.Q4_K)
+		if fam == nil || fam.tables == 0 {
+			t.Skip("no Q4_K tables at this level")
+		}
+		rng := rand.New(rand.NewPCG(15, 16))
+		const sentinel = 12345
+		for trial := 0; trial < 300; trial++ {
+			nb := 1 + rng.IntN(8)
+			src := randDQBlocks(rng, tensor.Q4_K, []int{0, 2}, nb)
+			vals := make([]float32, nb*256)
+			if err := tensor.DequantizeRow(tensor.Q4_K, src, vals); err != nil {
+				t.Fatal(err)
+			}
+			tab := make([]float32, nb*8*16+16)
+			for i := range tab {
+				tab[i] = sentinel
+			}
+			fam.tables.call(&tab[0], &src[0], nb)
+			for b := 0; b < nb; b++ {
+				blk := src[b*144 : (b+1)*144]
+				for j := 0; j < 256; j++ {
+					s := j / 32
+					q := blk[16+32*(s/2)+j%32] >> (4 * (s % 2)) & 15
+					if got, want := tab[(b*8+s)*16+int(q)], vals[b*256+j]; !sameBits(got, want) {
+						t.Fatalf("%d blocks: block %d sub-block %d level %d is %g (%#x), element %d decodes to %g (%#x)",
+							nb, b, s, q, got, math.Float32bits(got), j, want, math.Float32bits(want))
+					}
+				}
+			}
+			for i, v := range tab[nb*8*16:] {
+				if v != sentinel {
+					t.Fatalf("%d blocks: wrote %g %d floats past the end", nb, v, i+1)
+				}
+			}
+		}
+	})
+}
+
 // A fused kernel given a row stride of 0 (one row read again) ends, each
 // of its rows with the bits of that row at its true stride: its prefetch
 // lead counts tiles of rows, and a tile of 0 bytes spans no lead.

@@ -192,6 +192,11 @@ type dotFamily struct {
 	// memory between them (scale points at them): from zero and stored,
 	// loaded and stored, loaded and reduced into out. Zero: none.
 	acc [3]dotKernel
+	// tab are Q4_K's fused full tiles that read each sub-block's levels
+	// from tables, which tables makes a row at a time (fusedMatMul). Nil:
+	// none.
+	tab    []dotKernel
+	tables dequantKernel
 }
 
 // An intFamily is like dotFamily with B blocks of 32 weights a step.

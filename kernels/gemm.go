@@ -340,8 +340,9 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 }
 
 // noFused turns the fused kernels off, for tests comparing them with the
-// two-pass path.
-var noFused bool
+// two-pass path; noTables turns off their variant that reads tables
+// (fusedTables), for benchmarks comparing the two.
+var noFused, noTables bool
 
 // fusedPastN makes the fused kernels take products of more than N tokens
 // too (fusesPastN's types), on CPUs whose L1 data cache is under 48 KiB
@@ -397,7 +398,17 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 		kc = chunk(n, In, 4, dotSpan)
 	}
 	groups := (n + fam.T - 1) / fam.T
+	var tabs []float32
+	if n > fam.N && fam.tab != nil && !noTables {
+		tp := getScratch(fam.R * tabFloats)
+		defer scratchPool.Put(tp)
+		tabs = *tp
+	}
 	forTiles(n, fam.T, lo, hi, fam.R, 1, In, kc, func(_, k0, k1, r0, R int) {
+		if tabs != nil && R == fam.R {
+			fusedTables(dst, x, n, m, k0, k1, r0, fam, rb, tabs)
+			return
+		}
 		kerns := fam.full
 		if R < fam.R {
 			kerns = fam.one
@@ -416,6 +427,34 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 			t0 += c
 		}
 	})
+}
+
+// tabFloats is the float32 a row's tables of one span take in fusedTables:
+// the 16 levels of each of a Q4_K block's 8 sub-blocks, for the span's
+// blocks of 256 (the kernels' tabRow bytes).
+const tabFloats = dotSpan / 256 * 8 * 16
+
+// fusedTables is fusedMatMul's unit for a full tile of rows [r0, r0+R)
+// over the chunk [k0, k1) with fam's table kernels: span by span, each
+// row's levels made once (fam.tables) into tabs, then every group of
+// tokens through the span. The kernels making the levels in registers
+// spend one FMA operation of nine on them, for every group of tokens
+// again. A span's sums and their order are the same, so the same bits.
+func fusedTables(dst, x []float32, n int, m *Mat, k0, k1, r0 int, fam *dotFamily, rb int, tabs []float32) {
+	In, Out := m.In, m.Out
+	groups := (n + fam.T - 1) / fam.T
+	for s0 := k0; s0 < k1; s0 += dotSpan {
+		steps := (min(s0+dotSpan, k1) - s0) / fam.E
+		wo := weightOffset(m.Type, s0)
+		for r := 0; r < fam.R; r++ {
+			fam.tables.call(&tabs[r*tabFloats], &m.Data[(r0+r)*rb+wo], steps)
+		}
+		for g, t0 := 0, 0; g < groups; g++ {
+			c := (n - t0) / (groups - g)
+			fam.tab[c-1].call(&m.Data[r0*rb+wo], rb, &x[t0*In+s0], 4*In, steps, &dst[t0*Out+r0], 4*Out, &tabs[0])
+			t0 += c
+		}
+	}
 }
 
 // pieces adds one span of steps of a full tile of rows (w, ldw bytes

@@ -71,7 +71,7 @@ func gemmCPU(b *testing.B, n, out, in int, product func()) {
 // BenchmarkFusedPastN times one thread's prefill product of each type with
 // fused kernels past their N tokens both ways, the fused kernels
 // (fusedMatMul; dequantMatMul takes them where fusedPastN and fusesPastN
-// say) and the two-pass path, on an expert's real-shape gate (2048×6144 of
+// say; Q4_K's also without their tables, fusedTables) and the two-pass path, on an expert's real-shape gate (2048×6144 of
 // its 32768 rows) and down (1024×32768) matrices, active kernels.
 func BenchmarkFusedPastN(b *testing.B) {
 	ks := active
@@ -88,14 +88,20 @@ func BenchmarkFusedPastN(b *testing.B) {
 			for _, n := range []int{64, 256} {
 				x := randInputs(rand.New(rand.NewPCG(2, 2)), n+1, sh.in)[sh.in-1:][:n*sh.in]
 				dst := make([]float32, n*sh.out)
-				for _, fused := range []bool{true, false} {
-					b.Run(fmt.Sprintf("%dx%d/%v/%d/fused=%v", sh.out, sh.in, dt, n, fused), func(b *testing.B) {
+				paths := []string{"fused", "two-pass"}
+				if ff.tab != nil {
+					paths = append(paths, "fused-no-tables")
+				}
+				for _, path := range paths {
+					b.Run(fmt.Sprintf("%dx%d/%v/%d/%s", sh.out, sh.in, dt, n, path), func(b *testing.B) {
+						defer func(v bool) { noTables = v }(noTables)
+						noTables = path == "fused-no-tables"
 						gemmCPU(b, n, sh.out, sh.in, func() {
 							clear(dst) // both paths add to it
-							if fused {
-								fusedMatMul(dst, x, n, m, 0, sh.out, ff, m.stride())
-							} else {
+							if path == "two-pass" {
 								ks.dequantTwoPass(dst, x, n, m, 0, sh.out)
+							} else {
+								fusedMatMul(dst, x, n, m, 0, sh.out, ff, m.stride())
 							}
 						})
 					})

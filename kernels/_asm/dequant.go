@@ -102,6 +102,10 @@ type dq struct {
 	// scaled: the block's scales are in the stack area already (a fused
 	// kernel of a scalesAhead kind makes them a block ahead, genFused).
 	scaled bool
+	// tab, on zmm in a fused Q4_K kernel that reads tables (genFused),
+	// is this row's tables of the current block: sub-block s's 16 levels
+	// at tab+64·s, made by tablesQ4_K. Nil Base: made in registers.
+	tab Mem
 	// ints: a codebook i-quant's integers instead of its values (the fast
 	// product's widening, genWidenCB): (2s+1) times the integer levels
 	// (iqLevelsInt) as int16 at dst + 2i, zero where the block's d is zero
@@ -353,7 +357,7 @@ func newIota(a arch, k dqkind) VecVirtual {
 
 // lookup puts the levels of the low four bits of each lane of q at out
 // element i.
-func (g *dq) lookup(levels, q VecVirtual, i int) {
+func (g *dq) lookup(levels Op, q VecVirtual, i int) {
 	f := g.a.vec()
 	VPERMPS(levels, q, f)
 	g.put(f, i)
@@ -678,7 +682,7 @@ func (g *dq) blockScales(k dqkind, off int, area Mem) {
 // the nibbles): sub-block s of 32 is (d·sc[s])·q - dmin·m[s].
 func (g *dq) q45K(five bool) {
 	a := g.a
-	if !g.scaled {
+	if !g.scaled && g.tab.Base == nil {
 		g.q45KScales(0)
 	}
 	qs := 16
@@ -693,15 +697,13 @@ func (g *dq) q45K(five bool) {
 		if a.zmm && !five {
 			// The odd sub-block shifts the bytes its even one loaded
 			// (VPMOVZXBD competes with VPERMPS for the shuffle unit).
-			var lv VecVirtual
-			if g.iota != nil {
-				// levels16's bits from two loads, not three: the
-				// broadcast scale times the levels in a register, minus
-				// the min read as a broadcast operand (one rounding, as
-				// levelsMod's).
-				lv = g.bcast(sc)
-				VFMSUB213PS_BCST(mn, g.iota, lv)
-			} else {
+			var lv Op
+			switch {
+			case g.tab.Base != nil:
+				lv = g.tab.Offset(64 * s)
+			case g.iota != nil:
+				lv = g.q4KLevels(sc, mn)
+			default:
 				lv = g.levels16(0, g.bcast(sc), g.bcast(mn))
 			}
 			for l0 := 0; l0 < 32; l0 += a.V {
@@ -759,6 +761,43 @@ func (g *dq) q45K(five bool) {
 			g.emit(q, d1, m1, true, 32*s+l0)
 		}
 	}
+}
+
+// q4KLevels is levels16's bits from two loads, not three: the broadcast
+// scale sc times the levels in the iota register, minus the min mn read as
+// a broadcast operand (one rounding, as levelsMod's).
+func (g *dq) q4KLevels(sc, mn Mem) VecVirtual {
+	lv := g.bcast(sc)
+	VFMSUB213PS_BCST(mn, g.iota, lv)
+	return lv
+}
+
+// tabRow is the bytes between two rows' tables in a fused kernel that
+// reads them: 8 blocks (one span) of 8 sub-blocks' 16 float32 levels.
+const tabRow = 8 * 8 * 64
+
+// genTables emits tablesQ4_K: each Q4_K block's 8 sub-blocks' levels,
+// the vectors q45K's lookups index, with q4KLevels's instructions (so the
+// same bits), for the fused kernels that read them (genFused).
+func genTables(a arch) string {
+	name := "tablesQ4_K_" + a.tag()
+	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s writes the levels (d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s of n Q4_K blocks at src (144 bytes each) as 8·16 float32 a block at dst, as the fused Q4_K kernels make them.", name))
+	g := &dq{a: a, iota: newIota(a, dQ4_K)}
+	g.dst = Load(Param("dst"), GP64())
+	g.src = Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	// Its stores bind it: making the scales a block ahead, or all of them
+	// first, gained nothing (bench/README.md).
+	g.local = AllocLocal(64)
+	eachStep(n, []Register{g.src, g.dst}, []int{dqBlock[dQ4_K].bytes, 8 * 64}, func() {
+		g.q45KScales(0)
+		for s := 0; s < 8; s++ {
+			VMOVUPS(g.q4KLevels(g.q45KLoc(s)), g.out(16*s))
+		}
+	})
+	return name
 }
 
 // q6K decodes Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16

@@ -135,6 +135,16 @@ func fusedName(a arch, k dqkind, R, T int) string {
 	return fmt.Sprintf("fused%s_%dx%d_%s", k, R, T, a.tag())
 }
 
+func fusedTabName(a arch, R, T int) string {
+	return fmt.Sprintf("fusedTabQ4_K_%dx%d_%s", R, T, a.tag())
+}
+
+// hasTables reports whether a's fused kernels of kind k include the
+// variant that reads each sub-block's levels from tables (tablesQ4_K)
+// instead of making them: Q4_K on zmm, where making them is one FMA
+// operation of nine in the 4x4 tile's step (bench/README.md).
+func hasTables(a arch, k dqkind) bool { return a.zmm && k == dQ4_K }
+
 // genFusedTable emits a's fused kernels and their table (a dotFamily per
 // block type, E one block).
 func genFusedTable(tb *strings.Builder, a arch) {
@@ -163,22 +173,39 @@ func genFusedTable(tb *strings.Builder, a arch) {
 				s.T = 4
 			}
 		}
-		var full, one, rows []string
+		var full, one, rows, tab []string
 		for T := 1; T <= s.T; T++ {
 			R := fusedRows(a, k, s.R, T)
 			if a.zen && !zenApart(k) {
 				full = append(full, "k_"+fusedName(avx512, k, R, T))
 				one = append(one, "k_"+fusedName(avx512, k, 1, T))
 			} else {
-				genFused(a, k, R, T)
-				genFused(a, k, 1, T)
+				genFused(a, k, R, T, false)
+				genFused(a, k, 1, T, false)
 				full = append(full, dotGroup.add(fusedName(a, k, R, T)))
 				one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
 			}
 			rows = append(rows, fmt.Sprint(R))
+			if !hasTables(a, k) {
+				continue
+			}
+			if a.zen {
+				tab = append(tab, "k_"+fusedTabName(avx512, R, T))
+			} else {
+				genFused(a, k, R, T, true)
+				tab = append(tab, dotGroup.add(fusedTabName(a, R, T)))
+			}
 		}
-		fmt.Fprintf(tb, "\tdq%s: {R: %d, T: %d, N: %d, E: %d, full: []dotKernel{%s}, rows: []int{%s}, one: []dotKernel{%s}},\n",
-			k, s.R, s.T, N, dqBlock[k].elems, strings.Join(full, ", "), strings.Join(rows, ", "), strings.Join(one, ", "))
+		var tables string
+		if hasTables(a, k) {
+			tables = "k_tablesQ4_K_" + avx512.tag()
+			if !a.zen {
+				tables = dequantGroup.add(genTables(a))
+			}
+			tables = fmt.Sprintf(", tab: []dotKernel{%s}, tables: %s", strings.Join(tab, ", "), tables)
+		}
+		fmt.Fprintf(tb, "\tdq%s: {R: %d, T: %d, N: %d, E: %d, full: []dotKernel{%s}, rows: []int{%s}, one: []dotKernel{%s}%s},\n",
+			k, s.R, s.T, N, dqBlock[k].elems, strings.Join(full, ", "), strings.Join(rows, ", "), strings.Join(one, ", "), tables)
 	}
 	fmt.Fprintf(tb, "}\n")
 }
@@ -186,8 +213,11 @@ func genFusedTable(tb *strings.Builder, a arch) {
 // genFused emits the fused kernel of kind k for R rows and T tokens, a
 // dotKernel whose n counts blocks: genDot's loop over the steps (one block
 // of each row), the span counter and the reduction, with the weights of a
-// step produced by the block decoder of the dequantiser.
-func genFused(a arch, k dqkind, R, T int) {
+// step produced by the block decoder of the dequantiser. With tab (Q4_K,
+// hasTables) the sub-blocks' levels are read from the tables that scale
+// points at instead of made from the block's scales: a prefill's tile of
+// rows then makes them once per span (tablesQ4_K) for all its tokens.
+func genFused(a arch, k dqkind, R, T int, tab bool) {
 	name := fusedName(a, k, R, T)
 	flags := NOSPLIT
 	if scalesAhead(a, k) && 2*scaleArea(k)*R > 512 {
@@ -195,10 +225,15 @@ func genFused(a arch, k dqkind, R, T int) {
 		// frame without a stack check.
 		flags = 0
 	}
+	doc := "scale is ignored"
+	if tab {
+		name = fusedTabName(a, R, T)
+		doc = fmt.Sprintf("the levels of row r's block b read at scale + %d·r + 512·b, as tablesQ4_K writes them; n is at most 8", tabRow)
+	}
 	TEXT(name, flags, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n blocks of %s (%d elements), span by span of %d elements, to out[t][r] for %d weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).",
-		name, k, dqBlock[k].elems, sumSpan, R, T))
+	Doc(fmt.Sprintf("%s adds Σ W[r][k]·x[t][k] over n blocks of %s (%d elements), span by span of %d elements, to out[t][r] for %d weight rows (stride ldw bytes), %d float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (%s).",
+		name, k, dqBlock[k].elems, sumSpan, R, T, doc))
 	w := newStrided(Load(Param("w"), GP64()), Load(Param("ldw"), GP64()), R)
 	x := newStrided(Load(Param("x"), GP64()), Load(Param("ldx"), GP64()), T)
 	n := Load(Param("n"), GP64())
@@ -214,9 +249,14 @@ func genFused(a arch, k dqkind, R, T int) {
 	// The K-quants' scales (scalesAhead) are made a block ahead into the
 	// second of two stack areas, so that the latency of the next block's
 	// is hidden behind this block's products.
-	ahead := scalesAhead(a, k)
+	ahead := scalesAhead(a, k) && !tab
+	var tp Register // the tables of the current block
+	if tab {
+		tp = Load(Param("scale"), GP64())
+	}
 	var local Mem
 	switch {
+	case tab:
 	case ahead:
 		// Two areas a row of scaleArea bytes: the floats a block's scales are.
 		local = AllocLocal(2 * scaleArea(k) * R)
@@ -232,7 +272,10 @@ func genFused(a arch, k dqkind, R, T int) {
 	if isIQ(k) {
 		iqr = (&dq{a: a}).iqBases(k)
 	}
-	iota := newIota(a, k) // shared by the rows
+	var iota VecVirtual // shared by the rows
+	if !tab {
+		iota = newIota(a, k)
+	}
 	pf := prefetchAhead(w, R)
 	// With the scales ahead and four tokens (a third register for their
 	// rows) the prefetch base is one general register too many: it is
@@ -253,7 +296,10 @@ func genFused(a arch, k dqkind, R, T int) {
 		if halves.Base != nil {
 			rows[r].half = halves.Offset(halfArea(a, k) * r)
 		}
-		if hasLocal(k) && !ahead { // ahead: the areas are addressed from cur and nxt below
+		switch {
+		case tab:
+			rows[r].tab = Mem{Base: tp, Disp: tabRow * r}
+		case hasLocal(k) && !ahead: // ahead: the areas are addressed from cur and nxt below
 			rows[r].local = local.Offset(128 * r)
 		}
 	}
@@ -326,6 +372,9 @@ func genFused(a arch, k dqkind, R, T int) {
 	}
 	if ahead {
 		XCHGQ(cur, nxt)
+	}
+	if tab {
+		ADDQ(U32(8*64), tp)
 	}
 	w.advance(bytes)
 	if pfLead.Base == nil {
