@@ -274,44 +274,59 @@ func TestFusedEqualsTwoPass(t *testing.T) {
 	})
 }
 
-// The levels tablesQ4_K makes for the fused kernels that read them
+// The levels the tables kernels make for the fused kernels that read them
 // (fusedTables) are the values the reference decoder gives each element
-// of the sub-block with that nibble: random blocks, extreme scales
+// of the (sub-)block with that nibble: random blocks, extreme scales
 // included, and no write past the n blocks' tables.
-func TestTablesQ4KEqualDecodedLevels(t *testing.T) {
+func TestTablesEqualDecodedLevels(t *testing.T) {
+	// nibble is element j's 4 bits in a block of the type.
+	types := []struct {
+		dt     tensor.DType
+		scales []int
+		nibble func(blk []byte, j int) int
+	}{
+		{tensor.Q4_K, []int{0, 2}, func(blk []byte, j int) int { return int(blk[16+32*(j/64)+j%32]>>(4*(j/32%2))) & 15 }},
+		{tensor.Q4_0, []int{0}, func(blk []byte, j int) int { return int(blk[2+j%16]>>(4*(j/16))) & 15 }},
+	}
 	forLevels(t, func(t *testing.T) {
-		fam := active.fusedFamily(tensor.Q4_K)
-		if fam == nil || fam.tables == 0 {
-			t.Skip("no Q4_K tables at this level")
-		}
 		rng := rand.New(rand.NewPCG(15, 16))
 		const sentinel = 12345
-		for trial := 0; trial < 300; trial++ {
-			nb := 1 + rng.IntN(8)
-			src := randDQBlocks(rng, tensor.Q4_K, []int{0, 2}, nb)
-			vals := make([]float32, nb*256)
-			if err := tensor.DequantizeRow(tensor.Q4_K, src, vals); err != nil {
-				t.Fatal(err)
+		for _, c := range types {
+			fam := active.fusedFamily(c.dt)
+			if fam == nil || fam.tables == 0 {
+				if active != nil && active.lanes == 16 {
+					t.Errorf("%v has no tables at this AVX-512 level", c.dt)
+				}
+				continue
 			}
-			tab := make([]float32, nb*8*16+16)
-			for i := range tab {
-				tab[i] = sentinel
-			}
-			fam.tables.call(&tab[0], &src[0], nb)
-			for b := 0; b < nb; b++ {
-				blk := src[b*144 : (b+1)*144]
-				for j := 0; j < 256; j++ {
-					s := j / 32
-					q := blk[16+32*(s/2)+j%32] >> (4 * (s % 2)) & 15
-					if got, want := tab[(b*8+s)*16+int(q)], vals[b*256+j]; !sameBits(got, want) {
-						t.Fatalf("%d blocks: block %d sub-block %d level %d is %g (%#x), element %d decodes to %g (%#x)",
-							nb, b, s, q, got, math.Float32bits(got), j, want, math.Float32bits(want))
+			E, bb := c.dt.BlockSize(), c.dt.BlockBytes()
+			per := E / 32 * 16 // floats a block
+			for trial := 0; trial < 300; trial++ {
+				nb := 1 + rng.IntN(dotSpan/E)
+				src := randDQBlocks(rng, c.dt, c.scales, nb)
+				vals := make([]float32, nb*E)
+				if err := tensor.DequantizeRow(c.dt, src, vals); err != nil {
+					t.Fatal(err)
+				}
+				tab := make([]float32, nb*per+16)
+				for i := range tab {
+					tab[i] = sentinel
+				}
+				fam.tables.call(&tab[0], &src[0], nb)
+				for b := 0; b < nb; b++ {
+					blk := src[b*bb : (b+1)*bb]
+					for j := 0; j < E; j++ {
+						q := c.nibble(blk, j)
+						if got, want := tab[b*per+j/32*16+q], vals[b*E+j]; !sameBits(got, want) {
+							t.Fatalf("%v, %d blocks: block %d element %d (level %d) is %g (%#x) in the tables, %g (%#x) decoded",
+								c.dt, nb, b, j, q, got, math.Float32bits(got), want, math.Float32bits(want))
+						}
 					}
 				}
-			}
-			for i, v := range tab[nb*8*16:] {
-				if v != sentinel {
-					t.Fatalf("%d blocks: wrote %g %d floats past the end", nb, v, i+1)
+				for i, v := range tab[nb*per:] {
+					if v != sentinel {
+						t.Fatalf("%v, %d blocks: wrote %g %d floats past the end", c.dt, nb, v, i+1)
+					}
 				}
 			}
 		}

@@ -430,9 +430,9 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 }
 
 // tabFloats is the float32 a row's tables of one span take in fusedTables:
-// the 16 levels of each of a Q4_K block's 8 sub-blocks, for the span's
-// blocks of 256 (the kernels' tabRow bytes).
-const tabFloats = dotSpan / 256 * 8 * 16
+// 16 levels every 32 weights (a Q4_0 block, a Q4_K sub-block; the kernels'
+// tabRow bytes).
+const tabFloats = dotSpan / 32 * 16
 
 // fusedTables is fusedMatMul's unit for a full tile of rows [r0, r0+R)
 // over the chunk [k0, k1) with fam's table kernels: span by span, each

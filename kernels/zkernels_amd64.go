@@ -1595,6 +1595,11 @@ func fusedQ4_0_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_0_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// fusedTabQ4_0_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesQ4_0_AVX512 writes them; n is at most 64).
+//
+//go:noescape
+func fusedTabQ4_0_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // fusedQ4_0_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -1604,6 +1609,11 @@ func fusedQ4_0_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //
 //go:noescape
 func fusedQ4_0_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabQ4_0_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesQ4_0_AVX512 writes them; n is at most 64).
+//
+//go:noescape
+func fusedTabQ4_0_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ4_0_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1615,6 +1625,11 @@ func fusedQ4_0_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_0_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// fusedTabQ4_0_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesQ4_0_AVX512 writes them; n is at most 64).
+//
+//go:noescape
+func fusedTabQ4_0_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // fusedQ4_0_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -1624,6 +1639,16 @@ func fusedQ4_0_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //
 //go:noescape
 func fusedQ4_0_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabQ4_0_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesQ4_0_AVX512 writes them; n is at most 64).
+//
+//go:noescape
+func fusedTabQ4_0_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// tablesQ4_0_AVX512 writes the levels d·(q-8), q = 0..15, of n Q4_0 blocks at src (18 bytes each) as 16 float32 a block at dst, as the fused Q4_0 kernels make them.
+//
+//go:noescape
+func tablesQ4_0_AVX512(dst *float32, src *byte, n int)
 
 // fusedQ4_1_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1825,7 +1850,7 @@ func fusedQ4_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_K_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K writes them; n is at most 8).
+// fusedTabQ4_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K_AVX512 writes them; n is at most 8).
 //
 //go:noescape
 func fusedTabQ4_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -1840,7 +1865,7 @@ func fusedQ4_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K writes them; n is at most 8).
+// fusedTabQ4_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K_AVX512 writes them; n is at most 8).
 //
 //go:noescape
 func fusedTabQ4_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -1855,7 +1880,7 @@ func fusedQ4_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K writes them; n is at most 8).
+// fusedTabQ4_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K_AVX512 writes them; n is at most 8).
 //
 //go:noescape
 func fusedTabQ4_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -1870,12 +1895,12 @@ func fusedQ4_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K writes them; n is at most 8).
+// fusedTabQ4_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K_AVX512 writes them; n is at most 8).
 //
 //go:noescape
 func fusedTabQ4_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// tablesQ4_K_AVX512 writes the levels (d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s of n Q4_K blocks at src (144 bytes each) as 8·16 float32 a block at dst, as the fused Q4_K kernels make them.
+// tablesQ4_K_AVX512 writes the levels (d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s of n Q4_K blocks at src (144 bytes each) as 128 float32 a block at dst, as the fused Q4_K kernels make them.
 //
 //go:noescape
 func tablesQ4_K_AVX512(dst *float32, src *byte, n int)

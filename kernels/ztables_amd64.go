@@ -41,6 +41,7 @@ const (
 	k_dequantIQ2_S_AVX512
 	k_dequantIQ1_S_AVX512
 	k_dequantIQ1_M_AVX512
+	k_tablesQ4_0_AVX512
 	k_tablesQ4_K_AVX512
 	k_dequantQ4_1_AVX512Zen
 	k_dequantQ5_0_AVX512Zen
@@ -130,6 +131,8 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 		dequantIQ1_S_AVX512(dst, src, n)
 	case k_dequantIQ1_M_AVX512:
 		dequantIQ1_M_AVX512(dst, src, n)
+	case k_tablesQ4_0_AVX512:
+		tablesQ4_0_AVX512(dst, src, n)
 	case k_tablesQ4_K_AVX512:
 		tablesQ4_K_AVX512(dst, src, n)
 	case k_dequantQ4_1_AVX512Zen:
@@ -601,12 +604,16 @@ const (
 	k_dotQ8_4x5p_AVX512
 	k_fusedQ4_0_4x1_AVX512
 	k_fusedQ4_0_1x1_AVX512
+	k_fusedTabQ4_0_4x1_AVX512
 	k_fusedQ4_0_4x2_AVX512
 	k_fusedQ4_0_1x2_AVX512
+	k_fusedTabQ4_0_4x2_AVX512
 	k_fusedQ4_0_4x3_AVX512
 	k_fusedQ4_0_1x3_AVX512
+	k_fusedTabQ4_0_4x3_AVX512
 	k_fusedQ4_0_4x4_AVX512
 	k_fusedQ4_0_1x4_AVX512
+	k_fusedTabQ4_0_4x4_AVX512
 	k_fusedQ4_1_4x1_AVX512
 	k_fusedQ4_1_1x1_AVX512
 	k_fusedQ4_1_4x2_AVX512
@@ -1125,18 +1132,26 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ4_0_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_1x1_AVX512:
 		fusedQ4_0_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabQ4_0_4x1_AVX512:
+		fusedTabQ4_0_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_4x2_AVX512:
 		fusedQ4_0_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_1x2_AVX512:
 		fusedQ4_0_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabQ4_0_4x2_AVX512:
+		fusedTabQ4_0_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_4x3_AVX512:
 		fusedQ4_0_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_1x3_AVX512:
 		fusedQ4_0_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabQ4_0_4x3_AVX512:
+		fusedTabQ4_0_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_4x4_AVX512:
 		fusedQ4_0_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_0_1x4_AVX512:
 		fusedQ4_0_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabQ4_0_4x4_AVX512:
+		fusedTabQ4_0_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_1_4x1_AVX512:
 		fusedQ4_1_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_1_1x1_AVX512:
@@ -2108,7 +2123,7 @@ var dequantAVX512 = [numDQ]dequantKernel{
 }
 
 var fusedAVX512 = [numDQ]dotFamily{
-	dqQ4_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512}},
+	dqQ4_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_0_4x1_AVX512, k_fusedTabQ4_0_4x2_AVX512, k_fusedTabQ4_0_4x3_AVX512, k_fusedTabQ4_0_4x4_AVX512}, tables: k_tablesQ4_0_AVX512},
 	dqQ4_1:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512}},
 	dqQ5_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512}},
 	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512}, rows: []int{4, 4, 4}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512}},
@@ -2152,7 +2167,7 @@ var dequantAVX512Zen = [numDQ]dequantKernel{
 }
 
 var fusedAVX512Zen = [numDQ]dotFamily{
-	dqQ4_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512}},
+	dqQ4_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_0_4x1_AVX512, k_fusedTabQ4_0_4x2_AVX512, k_fusedTabQ4_0_4x3_AVX512, k_fusedTabQ4_0_4x4_AVX512}, tables: k_tablesQ4_0_AVX512},
 	dqQ4_1:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512Zen, k_fusedQ4_1_4x2_AVX512Zen, k_fusedQ4_1_4x3_AVX512Zen, k_fusedQ4_1_4x4_AVX512Zen}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512Zen, k_fusedQ4_1_1x2_AVX512Zen, k_fusedQ4_1_1x3_AVX512Zen, k_fusedQ4_1_1x4_AVX512Zen}},
 	dqQ5_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512Zen, k_fusedQ5_0_4x2_AVX512Zen, k_fusedQ5_0_4x3_AVX512Zen, k_fusedQ5_0_4x4_AVX512Zen}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512Zen, k_fusedQ5_0_1x2_AVX512Zen, k_fusedQ5_0_1x3_AVX512Zen, k_fusedQ5_0_1x4_AVX512Zen}},
 	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512Zen, k_fusedQ5_1_4x2_AVX512Zen, k_fusedQ5_1_4x3_AVX512Zen}, rows: []int{4, 4, 4}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512Zen, k_fusedQ5_1_1x2_AVX512Zen, k_fusedQ5_1_1x3_AVX512Zen}},

@@ -102,9 +102,10 @@ type dq struct {
 	// scaled: the block's scales are in the stack area already (a fused
 	// kernel of a scalesAhead kind makes them a block ahead, genFused).
 	scaled bool
-	// tab, on zmm in a fused Q4_K kernel that reads tables (genFused),
-	// is this row's tables of the current block: sub-block s's 16 levels
-	// at tab+64·s, made by tablesQ4_K. Nil Base: made in registers.
+	// tab, on zmm in a fused Q4_K or Q4_0 kernel that reads tables
+	// (genFused), is this row's tables of the current block: (sub-)block
+	// s's 16 levels at tab+64·s, made by genTables's kernel. Nil Base:
+	// made in registers.
 	tab Mem
 	// ints: a codebook i-quant's integers instead of its values (the fast
 	// product's widening, genWidenCB): (2s+1) times the integer levels
@@ -473,9 +474,10 @@ func (g *dq) legacy(k dqkind) {
 		off = m
 	}
 	if k == dQ4_0 && a.zmm {
-		// The levels times the scale broadcast from the half area.
-		lv := a.vec()
-		VMULPS_BCST(g.halfMems(dqBlock[k].bytes, 0)[0], g.iota, lv)
+		var lv Op = g.tab
+		if g.tab.Base == nil {
+			lv = g.q40Levels()
+		}
 		v := g.u8(qs)
 		g.lookup(lv, v, 0)
 		g.lookup(lv, g.shl(-4, v), 16)
@@ -763,6 +765,14 @@ func (g *dq) q45K(five bool) {
 	}
 }
 
+// q40Levels is Q4_0's 16 levels on zmm: the levels -8..7 in the iota
+// register times the scale broadcast from the half area.
+func (g *dq) q40Levels() VecVirtual {
+	lv := g.a.vec()
+	VMULPS_BCST(g.halfMems(dqBlock[dQ4_0].bytes, 0)[0], g.iota, lv)
+	return lv
+}
+
 // q4KLevels is levels16's bits from two loads, not three: the broadcast
 // scale sc times the levels in the iota register, minus the min mn read as
 // a broadcast operand (one rounding, as levelsMod's).
@@ -773,25 +783,45 @@ func (g *dq) q4KLevels(sc, mn Mem) VecVirtual {
 }
 
 // tabRow is the bytes between two rows' tables in a fused kernel that
-// reads them: 8 blocks (one span) of 8 sub-blocks' 16 float32 levels.
-const tabRow = 8 * 8 * 64
+// reads them: a span's 16 float32 levels every 32 weights (Q4_0's block,
+// Q4_K's sub-block).
+const tabRow = sumSpan / 32 * 64
 
-// genTables emits tablesQ4_K: each Q4_K block's 8 sub-blocks' levels,
-// the vectors q45K's lookups index, with q4KLevels's instructions (so the
-// same bits), for the fused kernels that read them (genFused).
-func genTables(a arch) string {
-	name := "tablesQ4_K_" + a.tag()
+// tabBlock is the bytes of one block's tables of kind k.
+func tabBlock(k dqkind) int { return dqBlock[k].elems / 32 * 64 }
+
+func tablesName(a arch, k dqkind) string { return fmt.Sprintf("tables%s_%s", k, a.tag()) }
+
+// genTables emits the tables kernel of kind k (hasTables): each block's
+// levels, the vectors the lookups of its zmm decoder index, with that
+// decoder's instructions (so the same bits), for the fused kernels that
+// read them (genFused).
+func genTables(a arch, k dqkind) string {
+	name := tablesName(a, k)
 	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s writes the levels (d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s of n Q4_K blocks at src (144 bytes each) as 8·16 float32 a block at dst, as the fused Q4_K kernels make them.", name))
-	g := &dq{a: a, iota: newIota(a, dQ4_K)}
+	what := "(d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s"
+	if k == dQ4_0 {
+		what = "d·(q-8), q = 0..15,"
+	}
+	Doc(fmt.Sprintf("%s writes the levels %s of n %s blocks at src (%d bytes each) as %d float32 a block at dst, as the fused %s kernels make them.",
+		name, what, k, dqBlock[k].bytes, tabBlock(k)/4, k))
+	g := &dq{a: a, iota: newIota(a, k)}
 	g.dst = Load(Param("dst"), GP64())
 	g.src = Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
-	// Its stores bind it: making the scales a block ahead, or all of them
-	// first, gained nothing (bench/README.md).
-	g.local = AllocLocal(64)
-	eachStep(n, []Register{g.src, g.dst}, []int{dqBlock[dQ4_K].bytes, 8 * 64}, func() {
+	if k == dQ4_0 {
+		g.half = AllocLocal(halfArea(a, k))
+	} else {
+		g.local = AllocLocal(64)
+	}
+	// Its stores bind it: making Q4_K's scales a block ahead, or all of
+	// them first, gained nothing (bench/README.md).
+	eachStep(n, []Register{g.src, g.dst}, []int{dqBlock[k].bytes, tabBlock(k)}, func() {
+		if k == dQ4_0 {
+			VMOVUPS(g.q40Levels(), g.out(0))
+			return
+		}
 		g.q45KScales(0)
 		for s := 0; s < 8; s++ {
 			VMOVUPS(g.q4KLevels(g.q45KLoc(s)), g.out(16*s))

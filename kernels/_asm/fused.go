@@ -135,15 +135,15 @@ func fusedName(a arch, k dqkind, R, T int) string {
 	return fmt.Sprintf("fused%s_%dx%d_%s", k, R, T, a.tag())
 }
 
-func fusedTabName(a arch, R, T int) string {
-	return fmt.Sprintf("fusedTabQ4_K_%dx%d_%s", R, T, a.tag())
+func fusedTabName(a arch, k dqkind, R, T int) string {
+	return fmt.Sprintf("fusedTab%s_%dx%d_%s", k, R, T, a.tag())
 }
 
 // hasTables reports whether a's fused kernels of kind k include the
-// variant that reads each sub-block's levels from tables (tablesQ4_K)
-// instead of making them: Q4_K on zmm, where making them is one FMA
-// operation of nine in the 4x4 tile's step (bench/README.md).
-func hasTables(a arch, k dqkind) bool { return a.zmm && k == dQ4_K }
+// variant that reads each (sub-)block's 16 levels from tables (genTables)
+// instead of making them: Q4_K and Q4_0 on zmm, where making them is one
+// FMA operation of nine or ten in the 4x4 tile's step (bench/README.md).
+func hasTables(a arch, k dqkind) bool { return a.zmm && (k == dQ4_K || k == dQ4_0) }
 
 // genFusedTable emits a's fused kernels and their table (a dotFamily per
 // block type, E one block).
@@ -173,10 +173,11 @@ func genFusedTable(tb *strings.Builder, a arch) {
 				s.T = 4
 			}
 		}
+		shared := a.zen && !zenApart(k) // the AVX-512 kernels serve
 		var full, one, rows, tab []string
 		for T := 1; T <= s.T; T++ {
 			R := fusedRows(a, k, s.R, T)
-			if a.zen && !zenApart(k) {
+			if shared {
 				full = append(full, "k_"+fusedName(avx512, k, R, T))
 				one = append(one, "k_"+fusedName(avx512, k, 1, T))
 			} else {
@@ -186,21 +187,20 @@ func genFusedTable(tb *strings.Builder, a arch) {
 				one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
 			}
 			rows = append(rows, fmt.Sprint(R))
-			if !hasTables(a, k) {
-				continue
-			}
-			if a.zen {
-				tab = append(tab, "k_"+fusedTabName(avx512, R, T))
-			} else {
+			switch {
+			case !hasTables(a, k):
+			case shared:
+				tab = append(tab, "k_"+fusedTabName(avx512, k, R, T))
+			default:
 				genFused(a, k, R, T, true)
-				tab = append(tab, dotGroup.add(fusedTabName(a, R, T)))
+				tab = append(tab, dotGroup.add(fusedTabName(a, k, R, T)))
 			}
 		}
 		var tables string
 		if hasTables(a, k) {
-			tables = "k_tablesQ4_K_" + avx512.tag()
-			if !a.zen {
-				tables = dequantGroup.add(genTables(a))
+			tables = "k_" + tablesName(avx512, k)
+			if !shared {
+				tables = dequantGroup.add(genTables(a, k))
 			}
 			tables = fmt.Sprintf(", tab: []dotKernel{%s}, tables: %s", strings.Join(tab, ", "), tables)
 		}
@@ -227,8 +227,9 @@ func genFused(a arch, k dqkind, R, T int, tab bool) {
 	}
 	doc := "scale is ignored"
 	if tab {
-		name = fusedTabName(a, R, T)
-		doc = fmt.Sprintf("the levels of row r's block b read at scale + %d·r + 512·b, as tablesQ4_K writes them; n is at most 8", tabRow)
+		name = fusedTabName(a, k, R, T)
+		doc = fmt.Sprintf("the levels of row r's block b read at scale + %d·r + %d·b, as %s writes them; n is at most %d",
+			tabRow, tabBlock(k), tablesName(a, k), sumSpan/dqBlock[k].elems)
 	}
 	TEXT(name, flags, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
@@ -288,7 +289,7 @@ func genFused(a arch, k dqkind, R, T int, tab bool) {
 	}
 	rows := make([]*dq, R)
 	var halves Mem
-	if n := halfArea(a, k); n > 0 {
+	if n := halfArea(a, k); n > 0 && !tab {
 		halves = AllocLocal(n * R)
 	}
 	for r := range rows {
@@ -374,7 +375,7 @@ func genFused(a arch, k dqkind, R, T int, tab bool) {
 		XCHGQ(cur, nxt)
 	}
 	if tab {
-		ADDQ(U32(8*64), tp)
+		ADDQ(U32(tabBlock(k)), tp)
 	}
 	w.advance(bytes)
 	if pfLead.Base == nil {
