@@ -287,6 +287,8 @@ func TestTablesEqualDecodedLevels(t *testing.T) {
 	}{
 		{tensor.Q4_K, []int{0, 2}, func(blk []byte, j int) int { return int(blk[16+32*(j/64)+j%32]>>(4*(j/32%2))) & 15 }},
 		{tensor.Q4_0, []int{0}, func(blk []byte, j int) int { return int(blk[2+j%16]>>(4*(j/16))) & 15 }},
+		{tensor.IQ4_NL, []int{0}, func(blk []byte, j int) int { return int(blk[2+j%16]>>(4*(j/16))) & 15 }},
+		{tensor.IQ4_XS, []int{0}, func(blk []byte, j int) int { return int(blk[8+16*(j/32)+j%16]>>(4*(j%32/16))) & 15 }},
 	}
 	forLevels(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(15, 16))

@@ -332,7 +332,7 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 	for t := 0; t < n; t++ {
 		clear(dst[t*Out+lo : t*Out+hi])
 	}
-	if ff := ks.fusedFamily(m.Type); ff != nil && In%ff.E == 0 && !noFused && (n <= ff.N || fusedPastN && fusesPastN(m.Type)) {
+	if ff := ks.fusedFamily(m.Type); ff != nil && In%ff.E == 0 && !noFused && (n <= ff.N || fusedPastN && (fusesPastN(m.Type) || ff.tab != nil)) {
 		fusedMatMul(dst, x, n, m, lo, hi, ff, rb)
 		return
 	}
@@ -345,20 +345,21 @@ func (ks *kernelSet) dequantMatMul(dst, x []float32, n int, m *Mat, lo, hi int) 
 var noFused, noTables bool
 
 // fusedPastN makes the fused kernels take products of more than N tokens
-// too (fusesPastN's types), on CPUs whose L1 data cache is under 48 KiB
-// (Zen 4): there the two-pass path's float32 span of a tile (4 rows ×
-// dotSpan, 32 KiB) fills L1 and the tokens' activations evict it. With 48
-// KiB (Zen 5, Intel since Ice Lake) the two-pass path measured faster past
-// N for every type. Set at start-up.
+// too (fusesPastN's types and those with table kernels), on CPUs whose L1
+// data cache is under 48 KiB (Zen 4): there the two-pass path's float32
+// span of a tile (4 rows × dotSpan, 32 KiB) fills L1 and the tokens'
+// activations evict it. With 48 KiB (Zen 5, Intel since Ice Lake) the
+// two-pass path measured faster past N for every type, before the table
+// kernels (unmeasured there). Set at start-up.
 var fusedPastN bool
 
 // fusesPastN reports whether t's fused kernels beat the two-pass path past
 // N tokens where fusedPastN holds: Q4_0 and Q4_K, whose one-token kernels
-// are the cheapest a weight. The others' fused kernels (Q6_K, Q2_K, Q3_K,
-// Q5_K, the legacy and IQ4 types, the codebook i-quants) cost more a
-// weight than decoding a tile's float32 span once for many tokens, which
-// since the pieced F32 tiles beats them on Zen 4 too (figures:
-// bench/README.md).
+// are the cheapest a weight (and, on AVX-512, the table kernels of these
+// and the IQ4 types, fusedTables). The others' fused kernels (Q6_K, Q2_K,
+// Q3_K, Q5_K, the legacy types, the codebook i-quants) cost more a weight
+// than decoding a tile's float32 span once for many tokens, which since
+// the pieced F32 tiles beats them on Zen 4 too (figures: bench/README.md).
 func fusesPastN(t tensor.DType) bool {
 	return t == tensor.Q4_0 || t == tensor.Q4_K
 }

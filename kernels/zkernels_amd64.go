@@ -1995,6 +1995,11 @@ func fusedIQ4_NL_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_NL_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// fusedTabIQ4_NL_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesIQ4_NL_AVX512 writes them; n is at most 64).
+//
+//go:noescape
+func fusedTabIQ4_NL_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // fusedIQ4_NL_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -2004,6 +2009,11 @@ func fusedIQ4_NL_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //
 //go:noescape
 func fusedIQ4_NL_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabIQ4_NL_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesIQ4_NL_AVX512 writes them; n is at most 64).
+//
+//go:noescape
+func fusedTabIQ4_NL_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_NL_2x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -2015,6 +2025,11 @@ func fusedIQ4_NL_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_NL_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// fusedTabIQ4_NL_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesIQ4_NL_AVX512 writes them; n is at most 64).
+//
+//go:noescape
+func fusedTabIQ4_NL_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // fusedIQ4_NL_2x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -2024,6 +2039,16 @@ func fusedIQ4_NL_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //
 //go:noescape
 func fusedIQ4_NL_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabIQ4_NL_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesIQ4_NL_AVX512 writes them; n is at most 64).
+//
+//go:noescape
+func fusedTabIQ4_NL_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// tablesIQ4_NL_AVX512 writes the levels d·kvalues[q], q = 0..15, of n IQ4_NL blocks at src (18 bytes each) as 16 float32 a block at dst, as the fused IQ4_NL kernels make them.
+//
+//go:noescape
+func tablesIQ4_NL_AVX512(dst *float32, src *byte, n int)
 
 // fusedIQ4_XS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -2035,6 +2060,11 @@ func fusedIQ4_XS_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_XS_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// fusedTabIQ4_XS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesIQ4_XS_AVX512 writes them; n is at most 8).
+//
+//go:noescape
+func fusedTabIQ4_XS_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // fusedIQ4_XS_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -2044,6 +2074,11 @@ func fusedIQ4_XS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //
 //go:noescape
 func fusedIQ4_XS_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabIQ4_XS_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesIQ4_XS_AVX512 writes them; n is at most 8).
+//
+//go:noescape
+func fusedTabIQ4_XS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_XS_2x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -2055,6 +2090,11 @@ func fusedIQ4_XS_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_XS_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
+// fusedTabIQ4_XS_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesIQ4_XS_AVX512 writes them; n is at most 8).
+//
+//go:noescape
+func fusedTabIQ4_XS_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
 // fusedIQ4_XS_2x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -2064,6 +2104,16 @@ func fusedIQ4_XS_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //
 //go:noescape
 func fusedIQ4_XS_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabIQ4_XS_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesIQ4_XS_AVX512 writes them; n is at most 8).
+//
+//go:noescape
+func fusedTabIQ4_XS_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// tablesIQ4_XS_AVX512 writes the levels (d·(ls[s]-32))·kvalues[q], q = 0..15, of the 8 sub-blocks s of n IQ4_XS blocks at src (136 bytes each) as 128 float32 a block at dst, as the fused IQ4_XS kernels make them.
+//
+//go:noescape
+func tablesIQ4_XS_AVX512(dst *float32, src *byte, n int)
 
 // fusedIQ3_S_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ3_S (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //

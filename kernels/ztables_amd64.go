@@ -43,6 +43,8 @@ const (
 	k_dequantIQ1_M_AVX512
 	k_tablesQ4_0_AVX512
 	k_tablesQ4_K_AVX512
+	k_tablesIQ4_NL_AVX512
+	k_tablesIQ4_XS_AVX512
 	k_dequantQ4_1_AVX512Zen
 	k_dequantQ5_0_AVX512Zen
 	k_dequantQ5_1_AVX512Zen
@@ -135,6 +137,10 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 		tablesQ4_0_AVX512(dst, src, n)
 	case k_tablesQ4_K_AVX512:
 		tablesQ4_K_AVX512(dst, src, n)
+	case k_tablesIQ4_NL_AVX512:
+		tablesIQ4_NL_AVX512(dst, src, n)
+	case k_tablesIQ4_XS_AVX512:
+		tablesIQ4_XS_AVX512(dst, src, n)
 	case k_dequantQ4_1_AVX512Zen:
 		dequantQ4_1_AVX512Zen(dst, src, n)
 	case k_dequantQ5_0_AVX512Zen:
@@ -682,20 +688,28 @@ const (
 	k_fusedQ6_K_1x4_AVX512
 	k_fusedIQ4_NL_4x1_AVX512
 	k_fusedIQ4_NL_1x1_AVX512
+	k_fusedTabIQ4_NL_4x1_AVX512
 	k_fusedIQ4_NL_4x2_AVX512
 	k_fusedIQ4_NL_1x2_AVX512
+	k_fusedTabIQ4_NL_4x2_AVX512
 	k_fusedIQ4_NL_2x3_AVX512
 	k_fusedIQ4_NL_1x3_AVX512
+	k_fusedTabIQ4_NL_4x3_AVX512
 	k_fusedIQ4_NL_2x4_AVX512
 	k_fusedIQ4_NL_1x4_AVX512
+	k_fusedTabIQ4_NL_4x4_AVX512
 	k_fusedIQ4_XS_4x1_AVX512
 	k_fusedIQ4_XS_1x1_AVX512
+	k_fusedTabIQ4_XS_4x1_AVX512
 	k_fusedIQ4_XS_4x2_AVX512
 	k_fusedIQ4_XS_1x2_AVX512
+	k_fusedTabIQ4_XS_4x2_AVX512
 	k_fusedIQ4_XS_2x3_AVX512
 	k_fusedIQ4_XS_1x3_AVX512
+	k_fusedTabIQ4_XS_4x3_AVX512
 	k_fusedIQ4_XS_2x4_AVX512
 	k_fusedIQ4_XS_1x4_AVX512
+	k_fusedTabIQ4_XS_4x4_AVX512
 	k_fusedIQ3_S_4x1_AVX512
 	k_fusedIQ3_S_1x1_AVX512
 	k_fusedIQ3_S_4x2_AVX512
@@ -1288,34 +1302,50 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedIQ4_NL_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_1x1_AVX512:
 		fusedIQ4_NL_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabIQ4_NL_4x1_AVX512:
+		fusedTabIQ4_NL_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_4x2_AVX512:
 		fusedIQ4_NL_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_1x2_AVX512:
 		fusedIQ4_NL_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabIQ4_NL_4x2_AVX512:
+		fusedTabIQ4_NL_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_2x3_AVX512:
 		fusedIQ4_NL_2x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_1x3_AVX512:
 		fusedIQ4_NL_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabIQ4_NL_4x3_AVX512:
+		fusedTabIQ4_NL_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_2x4_AVX512:
 		fusedIQ4_NL_2x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_NL_1x4_AVX512:
 		fusedIQ4_NL_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabIQ4_NL_4x4_AVX512:
+		fusedTabIQ4_NL_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_4x1_AVX512:
 		fusedIQ4_XS_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x1_AVX512:
 		fusedIQ4_XS_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabIQ4_XS_4x1_AVX512:
+		fusedTabIQ4_XS_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_4x2_AVX512:
 		fusedIQ4_XS_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x2_AVX512:
 		fusedIQ4_XS_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabIQ4_XS_4x2_AVX512:
+		fusedTabIQ4_XS_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_2x3_AVX512:
 		fusedIQ4_XS_2x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x3_AVX512:
 		fusedIQ4_XS_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabIQ4_XS_4x3_AVX512:
+		fusedTabIQ4_XS_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_2x4_AVX512:
 		fusedIQ4_XS_2x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x4_AVX512:
 		fusedIQ4_XS_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabIQ4_XS_4x4_AVX512:
+		fusedTabIQ4_XS_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ3_S_4x1_AVX512:
 		fusedIQ3_S_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ3_S_1x1_AVX512:
@@ -2132,8 +2162,8 @@ var fusedAVX512 = [numDQ]dotFamily{
 	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_K_4x1_AVX512, k_fusedTabQ4_K_4x2_AVX512, k_fusedTabQ4_K_4x3_AVX512, k_fusedTabQ4_K_4x4_AVX512}, tables: k_tablesQ4_K_AVX512},
 	dqQ5_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_2x3_AVX512, k_fusedQ5_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512}},
 	dqQ6_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_2x3_AVX512, k_fusedQ6_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512}},
-	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_2x3_AVX512, k_fusedIQ4_NL_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512}},
-	dqIQ4_XS:  {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_2x3_AVX512, k_fusedIQ4_XS_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512}},
+	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_2x3_AVX512, k_fusedIQ4_NL_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512}, tab: []dotKernel{k_fusedTabIQ4_NL_4x1_AVX512, k_fusedTabIQ4_NL_4x2_AVX512, k_fusedTabIQ4_NL_4x3_AVX512, k_fusedTabIQ4_NL_4x4_AVX512}, tables: k_tablesIQ4_NL_AVX512},
+	dqIQ4_XS:  {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512, k_fusedIQ4_XS_4x2_AVX512, k_fusedIQ4_XS_2x3_AVX512, k_fusedIQ4_XS_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512, k_fusedIQ4_XS_1x2_AVX512, k_fusedIQ4_XS_1x3_AVX512, k_fusedIQ4_XS_1x4_AVX512}, tab: []dotKernel{k_fusedTabIQ4_XS_4x1_AVX512, k_fusedTabIQ4_XS_4x2_AVX512, k_fusedTabIQ4_XS_4x3_AVX512, k_fusedTabIQ4_XS_4x4_AVX512}, tables: k_tablesIQ4_XS_AVX512},
 	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX512, k_fusedIQ3_S_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX512, k_fusedIQ3_S_1x2_AVX512}},
 	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX512, k_fusedIQ3_XXS_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX512, k_fusedIQ3_XXS_1x2_AVX512}},
 	dqIQ2_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX512, k_fusedIQ2_XXS_4x2_AVX512}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX512, k_fusedIQ2_XXS_1x2_AVX512}},
@@ -2176,8 +2206,8 @@ var fusedAVX512Zen = [numDQ]dotFamily{
 	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_K_4x1_AVX512, k_fusedTabQ4_K_4x2_AVX512, k_fusedTabQ4_K_4x3_AVX512, k_fusedTabQ4_K_4x4_AVX512}, tables: k_tablesQ4_K_AVX512},
 	dqQ5_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_2x3_AVX512, k_fusedQ5_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512}},
 	dqQ6_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_2x3_AVX512, k_fusedQ6_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512}},
-	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512Zen, k_fusedIQ4_NL_4x2_AVX512Zen, k_fusedIQ4_NL_2x3_AVX512Zen, k_fusedIQ4_NL_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512Zen, k_fusedIQ4_NL_1x2_AVX512Zen, k_fusedIQ4_NL_1x3_AVX512Zen, k_fusedIQ4_NL_1x4_AVX512Zen}},
-	dqIQ4_XS:  {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512Zen, k_fusedIQ4_XS_4x2_AVX512Zen, k_fusedIQ4_XS_2x3_AVX512Zen, k_fusedIQ4_XS_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512Zen, k_fusedIQ4_XS_1x2_AVX512Zen, k_fusedIQ4_XS_1x3_AVX512Zen, k_fusedIQ4_XS_1x4_AVX512Zen}},
+	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512Zen, k_fusedIQ4_NL_4x2_AVX512Zen, k_fusedIQ4_NL_2x3_AVX512Zen, k_fusedIQ4_NL_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512Zen, k_fusedIQ4_NL_1x2_AVX512Zen, k_fusedIQ4_NL_1x3_AVX512Zen, k_fusedIQ4_NL_1x4_AVX512Zen}, tab: []dotKernel{k_fusedTabIQ4_NL_4x1_AVX512, k_fusedTabIQ4_NL_4x2_AVX512, k_fusedTabIQ4_NL_4x3_AVX512, k_fusedTabIQ4_NL_4x4_AVX512}, tables: k_tablesIQ4_NL_AVX512},
+	dqIQ4_XS:  {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512Zen, k_fusedIQ4_XS_4x2_AVX512Zen, k_fusedIQ4_XS_2x3_AVX512Zen, k_fusedIQ4_XS_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512Zen, k_fusedIQ4_XS_1x2_AVX512Zen, k_fusedIQ4_XS_1x3_AVX512Zen, k_fusedIQ4_XS_1x4_AVX512Zen}, tab: []dotKernel{k_fusedTabIQ4_XS_4x1_AVX512, k_fusedTabIQ4_XS_4x2_AVX512, k_fusedTabIQ4_XS_4x3_AVX512, k_fusedTabIQ4_XS_4x4_AVX512}, tables: k_tablesIQ4_XS_AVX512},
 	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX512Zen, k_fusedIQ3_S_4x2_AVX512Zen}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX512Zen, k_fusedIQ3_S_1x2_AVX512Zen}},
 	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX512Zen, k_fusedIQ3_XXS_4x2_AVX512Zen}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX512Zen, k_fusedIQ3_XXS_1x2_AVX512Zen}},
 	dqIQ2_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ2_XXS_4x1_AVX512Zen, k_fusedIQ2_XXS_4x2_AVX512Zen}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ2_XXS_1x1_AVX512Zen, k_fusedIQ2_XXS_1x2_AVX512Zen}},

@@ -141,7 +141,11 @@ func (g *dq) block(k dqkind, tbl VecVirtual) {
 	case dQ6_K:
 		g.q6K()
 	case dIQ4_NL:
-		g.iq4(tbl, g.halves(dqBlock[dIQ4_NL].bytes, 0)[0], 2, 0)
+		var d VecVirtual
+		if g.tab.Base == nil {
+			d = g.halves(dqBlock[dIQ4_NL].bytes, 0)[0]
+		}
+		g.iq4(tbl, d, 2, 0)
 	case dIQ4_XS:
 		g.iq4XS(tbl)
 	default:
@@ -800,31 +804,44 @@ func genTables(a arch, k dqkind) string {
 	name := tablesName(a, k)
 	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
 	Pragma("noescape")
-	what := "(d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s"
-	if k == dQ4_0 {
-		what = "d·(q-8), q = 0..15,"
-	}
+	what := map[dqkind]string{
+		dQ4_K:   "(d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s",
+		dQ4_0:   "d·(q-8), q = 0..15,",
+		dIQ4_NL: "d·kvalues[q], q = 0..15,",
+		dIQ4_XS: "(d·(ls[s]-32))·kvalues[q], q = 0..15, of the 8 sub-blocks s",
+	}[k]
 	Doc(fmt.Sprintf("%s writes the levels %s of n %s blocks at src (%d bytes each) as %d float32 a block at dst, as the fused %s kernels make them.",
 		name, what, k, dqBlock[k].bytes, tabBlock(k)/4, k))
 	g := &dq{a: a, iota: newIota(a, k)}
 	g.dst = Load(Param("dst"), GP64())
 	g.src = Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
-	if k == dQ4_0 {
-		g.half = AllocLocal(halfArea(a, k))
-	} else {
+	if n := halfArea(a, k); n > 0 {
+		g.half = AllocLocal(n)
+	}
+	if k == dQ4_K {
 		g.local = AllocLocal(64)
 	}
 	// Its stores bind it: making Q4_K's scales a block ahead, or all of
 	// them first, gained nothing (bench/README.md).
 	eachStep(n, []Register{g.src, g.dst}, []int{dqBlock[k].bytes, tabBlock(k)}, func() {
-		if k == dQ4_0 {
+		switch k {
+		case dQ4_0:
 			VMOVUPS(g.q40Levels(), g.out(0))
-			return
-		}
-		g.q45KScales(0)
-		for s := 0; s < 8; s++ {
-			VMOVUPS(g.q4KLevels(g.q45KLoc(s)), g.out(16*s))
+		case dIQ4_NL:
+			VMOVUPS(g.iq4Levels(g.halves(dqBlock[k].bytes, 0)[0]), g.out(0))
+		case dIQ4_XS:
+			d := g.halves(dqBlock[k].bytes, 0)[0]
+			sh := GP32()
+			MOVWLZX(g.at(2), sh)
+			for ib := 0; ib < 8; ib++ {
+				VMOVUPS(g.iq4Levels(g.iq4XSScale(d, sh, ib)), g.out(16*ib))
+			}
+		default:
+			g.q45KScales(0)
+			for s := 0; s < 8; s++ {
+				VMOVUPS(g.q4KLevels(g.q45KLoc(s)), g.out(16*s))
+			}
 		}
 	})
 	return name
@@ -1133,13 +1150,10 @@ func (g *dq) q3KScales(off int) {
 func (g *dq) iq4(tbl, scale VecVirtual, off, i int) {
 	a := g.a
 	if a.zmm {
-		// The levels times the scale, looked up by each nibble.
-		w := make([]uint32, 16)
-		for q, v := range kvaluesIQ4NL {
-			w[q] = math.Float32bits(float32(v))
+		var lv Op = g.tab.Offset(64 * (i / 32))
+		if g.tab.Base == nil {
+			lv = g.iq4Levels(scale)
 		}
-		lv := a.vec()
-		VMULPS(a.constDwords("dq_iq4nl_levels", w), scale, lv)
 		v := g.u8(off)
 		g.lookup(lv, v, i)
 		g.lookup(lv, g.shl(-4, v), i+16)
@@ -1177,33 +1191,56 @@ func (g *dq) iq4(tbl, scale VecVirtual, off, i int) {
 // low nibbles, 128 bytes of level nibbles; sub-block ib of 32 is
 // (d·(scale-32))·level.
 func (g *dq) iq4XS(tbl VecVirtual) {
-	a := g.a
+	if g.tab.Base != nil {
+		for ib := 0; ib < 8; ib++ {
+			g.iq4(tbl, nil, 8+16*ib, 32*ib)
+		}
+		return
+	}
 	d := g.halves(dqBlock[dIQ4_XS].bytes, 0)[0]
 	sh := GP32()
 	MOVWLZX(g.at(2), sh)
 	for ib := 0; ib < 8; ib++ {
-		ls, t := GP32(), GP32()
-		MOVBLZX(g.at(4+ib/2), ls)
-		if ib%2 == 1 {
-			SHRL(U8(4), ls)
-		}
-		ANDL(U32(0x0f), ls)
-		MOVL(sh, t)
-		if ib > 0 {
-			SHRL(U8(2*ib), t)
-		}
-		ANDL(U32(3), t)
-		SHLL(U8(4), t)
-		ORL(t, ls)
-		SUBL(U32(32), ls)
-		f := XMM()
-		VXORPS(f, f, f)
-		VCVTSI2SSL(ls, f, f)
-		VMULSS(d.AsX(), f, f)
-		dl := a.vec()
-		VBROADCASTSS(f, dl)
-		g.iq4(tbl, dl, 8+16*ib, 32*ib)
+		g.iq4(tbl, g.iq4XSScale(d, sh, ib), 8+16*ib, 32*ib)
 	}
+}
+
+// iq4XSScale is sub-block ib's scale d·(ls-32), broadcast, from the
+// block's d and its 16 bits of high scale bits sh.
+func (g *dq) iq4XSScale(d VecVirtual, sh GPVirtual, ib int) VecVirtual {
+	ls, t := GP32(), GP32()
+	MOVBLZX(g.at(4+ib/2), ls)
+	if ib%2 == 1 {
+		SHRL(U8(4), ls)
+	}
+	ANDL(U32(0x0f), ls)
+	MOVL(sh, t)
+	if ib > 0 {
+		SHRL(U8(2*ib), t)
+	}
+	ANDL(U32(3), t)
+	SHLL(U8(4), t)
+	ORL(t, ls)
+	SUBL(U32(32), ls)
+	f := XMM()
+	VXORPS(f, f, f)
+	VCVTSI2SSL(ls, f, f)
+	VMULSS(d.AsX(), f, f)
+	dl := g.a.vec()
+	VBROADCASTSS(f, dl)
+	return dl
+}
+
+// iq4Levels is IQ4's 16 levels on zmm: kvaluesIQ4NL times the broadcast
+// scale.
+func (g *dq) iq4Levels(scale VecVirtual) VecVirtual {
+	w := make([]uint32, 16)
+	for q, v := range kvaluesIQ4NL {
+		w[q] = math.Float32bits(float32(v))
+	}
+	lv := g.a.vec()
+	VMULPS(g.a.constDwords("dq_iq4nl_levels", w), scale, lv)
+	return lv
 }
 
 // levels is the 16 bytes of kvaluesIQ4NL.

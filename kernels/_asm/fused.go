@@ -140,10 +140,14 @@ func fusedTabName(a arch, k dqkind, R, T int) string {
 }
 
 // hasTables reports whether a's fused kernels of kind k include the
-// variant that reads each (sub-)block's 16 levels from tables (genTables)
-// instead of making them: Q4_K and Q4_0 on zmm, where making them is one
-// FMA operation of nine or ten in the 4x4 tile's step (bench/README.md).
-func hasTables(a arch, k dqkind) bool { return a.zmm && (k == dQ4_K || k == dQ4_0) }
+// variant that reads each 32 weights' 16 levels from tables (genTables)
+// instead of making them: on zmm, the kinds whose levels are a table of
+// 16 looked up by nibble (Q4_K, Q4_0, IQ4_NL, IQ4_XS), where making them
+// is one FMA operation of nine or ten in the 4x4 tile's step and more for
+// IQ4_XS's scalar scales (bench/README.md).
+func hasTables(a arch, k dqkind) bool {
+	return a.zmm && (k == dQ4_K || k == dQ4_0 || k == dIQ4_NL || k == dIQ4_XS)
+}
 
 // genFusedTable emits a's fused kernels and their table (a dotFamily per
 // block type, E one block).
@@ -187,19 +191,21 @@ func genFusedTable(tb *strings.Builder, a arch) {
 				one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
 			}
 			rows = append(rows, fmt.Sprint(R))
+			// The table kernels are the same code on Zen (they decode no
+			// scales); all of them take the family's R rows.
 			switch {
 			case !hasTables(a, k):
-			case shared:
-				tab = append(tab, "k_"+fusedTabName(avx512, k, R, T))
+			case a.zen:
+				tab = append(tab, "k_"+fusedTabName(avx512, k, s.R, T))
 			default:
-				genFused(a, k, R, T, true)
-				tab = append(tab, dotGroup.add(fusedTabName(a, k, R, T)))
+				genFused(a, k, s.R, T, true)
+				tab = append(tab, dotGroup.add(fusedTabName(a, k, s.R, T)))
 			}
 		}
 		var tables string
 		if hasTables(a, k) {
 			tables = "k_" + tablesName(avx512, k)
-			if !shared {
+			if !a.zen {
 				tables = dequantGroup.add(genTables(a, k))
 			}
 			tables = fmt.Sprintf(", tab: []dotKernel{%s}, tables: %s", strings.Join(tab, ", "), tables)
@@ -345,7 +351,7 @@ func genFused(a arch, k dqkind, R, T int, tab bool) {
 			panic(fmt.Sprintf("%s: a block emitted %d of %d elements", name, g.sink.next, E))
 		}
 	}
-	if interleaved(a, k, R, T) {
+	if interleaved(a, k, R, T) || tab && R > 1 {
 		var nexts []func() (struct{}, bool)
 		sh := &sharedX{i: -1}
 		for _, g := range rows {
