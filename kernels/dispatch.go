@@ -192,9 +192,9 @@ type dotFamily struct {
 	// memory between them (scale points at them): from zero and stored,
 	// loaded and stored, loaded and reduced into out. Zero: none.
 	acc [3]dotKernel
-	// tab are Q4_K's and Q4_0's fused full tiles that read the levels of
-	// each 32 weights from tables, which tables makes a row at a time
-	// (fusedTables). Nil: none.
+	// tab are the fused full tiles that read the levels of each 32 weights
+	// from tables (Q4_K, Q4_0, IQ4_NL, IQ4_XS on AVX-512), which tables
+	// makes a row at a time (fusedTables). Nil: none.
 	tab    []dotKernel
 	tables dequantKernel
 }

@@ -431,16 +431,17 @@ func fusedMatMul(dst, x []float32, n int, m *Mat, lo, hi int, fam *dotFamily, rb
 }
 
 // tabFloats is the float32 a row's tables of one span take in fusedTables:
-// 16 levels every 32 weights (a Q4_0 block, a Q4_K sub-block; the kernels'
-// tabRow bytes).
+// 16 levels every 32 weights (a Q4_0 or IQ4_NL block, a Q4_K or IQ4_XS
+// sub-block; the kernels' tabRow bytes).
 const tabFloats = dotSpan / 32 * 16
 
 // fusedTables is fusedMatMul's unit for a full tile of rows [r0, r0+R)
 // over the chunk [k0, k1) with fam's table kernels: span by span, each
 // row's levels made once (fam.tables) into tabs, then every group of
-// tokens through the span. The kernels making the levels in registers
-// spend one FMA operation of nine on them, for every group of tokens
-// again. A span's sums and their order are the same, so the same bits.
+// tokens through the span, where the kernels that make the levels in
+// registers make them again for every group (one FMA operation of nine in
+// Q4_K's 4x4 step). A span's sums and their order are the same, so the
+// same bits.
 func fusedTables(dst, x []float32, n int, m *Mat, k0, k1, r0 int, fam *dotFamily, rb int, tabs []float32) {
 	In, Out := m.In, m.Out
 	groups := (n + fam.T - 1) / fam.T

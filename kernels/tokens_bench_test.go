@@ -70,9 +70,11 @@ func gemmCPU(b *testing.B, n, out, in int, product func()) {
 
 // BenchmarkFusedPastN times one thread's prefill product of each type with
 // fused kernels past their N tokens both ways, the fused kernels
-// (fusedMatMul; dequantMatMul takes them where fusedPastN and fusesPastN
-// say; Q4_K's also without their tables, fusedTables) and the two-pass path, on an expert's real-shape gate (2048×6144 of
-// its 32768 rows) and down (1024×32768) matrices, active kernels.
+// (fusedMatMul; dequantMatMul takes them where fusedPastN says, for
+// fusesPastN's types and those with table kernels, which also run without
+// their tables) and the two-pass path, on an expert's real-shape gate
+// (2048×6144 of its 32768 rows) and down (1024×32768) matrices, active
+// kernels.
 func BenchmarkFusedPastN(b *testing.B) {
 	ks := active
 	types := []tensor.DType{tensor.Q4_0, tensor.Q4_K, tensor.Q6_K, tensor.Q2_K, tensor.Q3_K, tensor.Q5_K,

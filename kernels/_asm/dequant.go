@@ -102,10 +102,10 @@ type dq struct {
 	// scaled: the block's scales are in the stack area already (a fused
 	// kernel of a scalesAhead kind makes them a block ahead, genFused).
 	scaled bool
-	// tab, on zmm in a fused Q4_K or Q4_0 kernel that reads tables
-	// (genFused), is this row's tables of the current block: (sub-)block
-	// s's 16 levels at tab+64·s, made by genTables's kernel. Nil Base:
-	// made in registers.
+	// tab, on zmm in a fused kernel that reads tables (genFused,
+	// hasTables), is this row's tables of the current block: the 16
+	// levels of its s-th 32 weights at tab+64·s, made by genTables's
+	// kernel. Nil Base: made in registers.
 	tab Mem
 	// ints: a codebook i-quant's integers instead of its values (the fast
 	// product's widening, genWidenCB): (2s+1) times the integer levels
@@ -787,8 +787,8 @@ func (g *dq) q4KLevels(sc, mn Mem) VecVirtual {
 }
 
 // tabRow is the bytes between two rows' tables in a fused kernel that
-// reads them: a span's 16 float32 levels every 32 weights (Q4_0's block,
-// Q4_K's sub-block).
+// reads them: a span's 16 float32 levels every 32 weights (a Q4_0 or
+// IQ4_NL block, a Q4_K or IQ4_XS sub-block).
 const tabRow = sumSpan / 32 * 64
 
 // tabBlock is the bytes of one block's tables of kind k.

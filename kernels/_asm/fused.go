@@ -219,10 +219,10 @@ func genFusedTable(tb *strings.Builder, a arch) {
 // genFused emits the fused kernel of kind k for R rows and T tokens, a
 // dotKernel whose n counts blocks: genDot's loop over the steps (one block
 // of each row), the span counter and the reduction, with the weights of a
-// step produced by the block decoder of the dequantiser. With tab (Q4_K,
-// hasTables) the sub-blocks' levels are read from the tables that scale
-// points at instead of made from the block's scales: a prefill's tile of
-// rows then makes them once per span (tablesQ4_K) for all its tokens.
+// step produced by the block decoder of the dequantiser. With tab
+// (hasTables) the levels of each 32 weights are read from the tables that
+// scale points at instead of made from the block's scales: a prefill's
+// tile of rows then makes them once a span (genTables) for all its tokens.
 func genFused(a arch, k dqkind, R, T int, tab bool) {
 	name := fusedName(a, k, R, T)
 	flags := NOSPLIT
