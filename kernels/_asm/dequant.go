@@ -1208,8 +1208,21 @@ func (g *dq) iq4XS(tbl VecVirtual) {
 // iq4XSScale is sub-block ib's scale d·(ls-32), broadcast, from the
 // block's d and its 16 bits of high scale bits sh.
 func (g *dq) iq4XSScale(d VecVirtual, sh GPVirtual, ib int) VecVirtual {
+	ls := iq4XSLs(g.at(4), sh, ib)
+	f := XMM()
+	VXORPS(f, f, f)
+	VCVTSI2SSL(ls, f, f)
+	VMULSS(d.AsX(), f, f)
+	dl := g.a.vec()
+	VBROADCASTSS(f, dl)
+	return dl
+}
+
+// iq4XSLs is IQ4_XS sub-block ib's 6-bit scale minus 32: its low nibble
+// from the 4 bytes at low, its high two bits from the block's 16 bits sh.
+func iq4XSLs(low Mem, sh GPVirtual, ib int) GPVirtual {
 	ls, t := GP32(), GP32()
-	MOVBLZX(g.at(4+ib/2), ls)
+	MOVBLZX(low.Offset(ib/2), ls)
 	if ib%2 == 1 {
 		SHRL(U8(4), ls)
 	}
@@ -1222,13 +1235,7 @@ func (g *dq) iq4XSScale(d VecVirtual, sh GPVirtual, ib int) VecVirtual {
 	SHLL(U8(4), t)
 	ORL(t, ls)
 	SUBL(U32(32), ls)
-	f := XMM()
-	VXORPS(f, f, f)
-	VCVTSI2SSL(ls, f, f)
-	VMULSS(d.AsX(), f, f)
-	dl := g.a.vec()
-	VBROADCASTSS(f, dl)
-	return dl
+	return ls
 }
 
 // iq4Levels is IQ4's 16 levels on zmm: kvaluesIQ4NL times the broadcast

@@ -784,20 +784,7 @@ func genWidenIQ4XS() string {
 		z := ZMM()
 		VPMOVSXBW(y, z)
 		VMOVDQU32(z, Mem{Base: dst, Disp: 64 * ib})
-		ls, t := GP32(), GP32()
-		MOVBLZX(Mem{Base: p, Disp: 4 + ib/2}, ls)
-		if ib%2 == 1 {
-			SHRL(U8(4), ls)
-		}
-		ANDL(U32(15), ls)
-		MOVL(sh, t)
-		if ib > 0 {
-			SHRL(U8(2*ib), t)
-		}
-		ANDL(U32(3), t)
-		SHLL(U8(4), t)
-		ORL(t, ls)
-		SUBL(U32(32), ls)
+		ls := iq4XSLs(Mem{Base: p, Disp: 4}, sh, ib)
 		f := XMM()
 		VXORPS(f, f, f)
 		VCVTSI2SSL(ls, f, f)
