@@ -274,10 +274,11 @@ func TestFusedEqualsTwoPass(t *testing.T) {
 	})
 }
 
-// The levels the tables kernels make for the fused kernels that read them
-// (fusedTables) are the values the reference decoder gives each element
-// of the (sub-)block with that nibble: random blocks, extreme scales
-// included, and no write past the n blocks' tables.
+// The levels the tables kernels, or the kernels that make the tables as
+// they multiply (Q4_K's tabMake), leave for the fused kernels that read
+// them (fusedTables) are the values the reference decoder gives each
+// element of the (sub-)block with that nibble: random blocks, extreme
+// scales included, and nothing written past each row's tables.
 func TestTablesEqualDecodedLevels(t *testing.T) {
 	// nibble is element j's 4 bits in a block of the type.
 	types := []struct {
@@ -288,14 +289,14 @@ func TestTablesEqualDecodedLevels(t *testing.T) {
 		{tensor.Q4_K, []int{0, 2}, func(blk []byte, j int) int { return int(blk[16+32*(j/64)+j%32]>>(4*(j/32%2))) & 15 }},
 		{tensor.Q4_0, []int{0}, func(blk []byte, j int) int { return int(blk[2+j%16]>>(4*(j/16))) & 15 }},
 		{tensor.IQ4_NL, []int{0}, func(blk []byte, j int) int { return int(blk[2+j%16]>>(4*(j/16))) & 15 }},
-		{tensor.IQ4_XS, []int{0}, func(blk []byte, j int) int { return int(blk[8+16*(j/32)+j%16]>>(4*(j%32/16))) & 15 }},
+		{tensor.IQ4_XS, []int{0}, func(blk []byte, j int) int { return int(blk[8+16*(j/32)+j%32%16]>>(4*(j%32/16))) & 15 }},
 	}
 	forLevels(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(15, 16))
 		const sentinel = 12345
 		for _, c := range types {
 			fam := active.fusedFamily(c.dt)
-			if fam == nil || fam.tables == 0 {
+			if fam == nil || fam.tables == 0 && fam.tabMake == nil {
 				if active != nil && active.lanes == 16 {
 					t.Errorf("%v has no tables at this AVX-512 level", c.dt)
 				}
@@ -303,31 +304,48 @@ func TestTablesEqualDecodedLevels(t *testing.T) {
 			}
 			E, bb := c.dt.BlockSize(), c.dt.BlockBytes()
 			per := E / 32 * 16 // floats a block
-			for trial := 0; trial < 300; trial++ {
+			for trial := 0; trial < 100; trial++ {
 				nb := 1 + rng.IntN(dotSpan/E)
-				src := randDQBlocks(rng, c.dt, c.scales, nb)
-				vals := make([]float32, nb*E)
+				rows := 1
+				if fam.tables == 0 {
+					rows = fam.R
+				}
+				src := randDQBlocks(rng, c.dt, c.scales, rows*nb)
+				vals := make([]float32, rows*nb*E)
 				if err := tensor.DequantizeRow(c.dt, src, vals); err != nil {
 					t.Fatal(err)
 				}
-				tab := make([]float32, nb*per+16)
+				tab := make([]float32, rows*tabFloats+16)
 				for i := range tab {
 					tab[i] = sentinel
 				}
-				fam.tables.call(&tab[0], &src[0], nb)
-				for b := 0; b < nb; b++ {
-					blk := src[b*bb : (b+1)*bb]
-					for j := 0; j < E; j++ {
-						q := c.nibble(blk, j)
-						if got, want := tab[b*per+j/32*16+q], vals[b*E+j]; !sameBits(got, want) {
-							t.Fatalf("%v, %d blocks: block %d element %d (level %d) is %g (%#x) in the tables, %g (%#x) decoded",
-								c.dt, nb, b, j, q, got, math.Float32bits(got), want, math.Float32bits(want))
+				if fam.tables != 0 {
+					fam.tables.call(&tab[0], &src[0], nb)
+				} else {
+					x := randInputs(rng, 1, nb*E)
+					out := make([]float32, rows)
+					fam.tabMake[0].call(&src[0], nb*bb, &x[0], 4*nb*E, nb, &out[0], 4, &tab[0])
+				}
+				for r := 0; r < rows; r++ {
+					row := tab[r*tabFloats:]
+					for b := 0; b < nb; b++ {
+						blk := src[(r*nb+b)*bb : (r*nb+b+1)*bb]
+						for j := 0; j < E; j++ {
+							q := c.nibble(blk, j)
+							if got, want := row[b*per+j/32*16+q], vals[(r*nb+b)*E+j]; !sameBits(got, want) {
+								t.Fatalf("%v, %d blocks: row %d block %d element %d (level %d) is %g (%#x) in the tables, %g (%#x) decoded",
+									c.dt, nb, r, b, j, q, got, math.Float32bits(got), want, math.Float32bits(want))
+							}
 						}
 					}
-				}
-				for i, v := range tab[nb*per:] {
-					if v != sentinel {
-						t.Fatalf("%v, %d blocks: wrote %g %d floats past the end", c.dt, nb, v, i+1)
+					end := tabFloats // the next row's tables, or the slack past the last
+					if r == rows-1 {
+						end += 16
+					}
+					for i, v := range row[nb*per : end] {
+						if v != sentinel {
+							t.Fatalf("%v, %d blocks: row %d wrote %g %d floats past its tables", c.dt, nb, r, v, i+1)
+						}
 					}
 				}
 			}

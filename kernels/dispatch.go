@@ -194,9 +194,11 @@ type dotFamily struct {
 	acc [3]dotKernel
 	// tab are the fused full tiles that read the levels of each 32 weights
 	// from tables (Q4_K, Q4_0, IQ4_NL, IQ4_XS on AVX-512), which tables
-	// makes a row at a time (fusedTables). Nil: none.
-	tab    []dotKernel
-	tables dequantKernel
+	// makes a row at a time or, where tabMake has kernels (Q4_K), the
+	// first group of tokens' kernel as it multiplies (fusedTables). Nil:
+	// none.
+	tab, tabMake []dotKernel
+	tables       dequantKernel
 }
 
 // An intFamily is like dotFamily with B blocks of 32 weights a step.

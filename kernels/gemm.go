@@ -437,23 +437,30 @@ const tabFloats = dotSpan / 32 * 16
 
 // fusedTables is fusedMatMul's unit for a full tile of rows [r0, r0+R)
 // over the chunk [k0, k1) with fam's table kernels: span by span, each
-// row's levels made once (fam.tables) into tabs, then every group of
-// tokens through the span, where the kernels that make the levels in
-// registers make them again for every group (one FMA operation of nine in
-// Q4_K's 4x4 step). A span's sums and their order are the same, so the
-// same bits.
+// row's levels made once into tabs (by fam.tables, or by the first group's
+// kernel, fam.tabMake, which writes the levels it makes), then every group
+// of tokens through the span reading them, where the kernels that make the
+// levels in registers make them again for every group (one FMA operation
+// of nine in Q4_K's 4x4 step). A span's sums and their order are the
+// same, so the same bits.
 func fusedTables(dst, x []float32, n int, m *Mat, k0, k1, r0 int, fam *dotFamily, rb int, tabs []float32) {
 	In, Out := m.In, m.Out
 	groups := (n + fam.T - 1) / fam.T
 	for s0 := k0; s0 < k1; s0 += dotSpan {
 		steps := (min(s0+dotSpan, k1) - s0) / fam.E
 		wo := weightOffset(m.Type, s0)
-		for r := 0; r < fam.R; r++ {
-			fam.tables.call(&tabs[r*tabFloats], &m.Data[(r0+r)*rb+wo], steps)
+		if fam.tabMake == nil {
+			for r := 0; r < fam.R; r++ {
+				fam.tables.call(&tabs[r*tabFloats], &m.Data[(r0+r)*rb+wo], steps)
+			}
 		}
 		for g, t0 := 0, 0; g < groups; g++ {
 			c := (n - t0) / (groups - g)
-			fam.tab[c-1].call(&m.Data[r0*rb+wo], rb, &x[t0*In+s0], 4*In, steps, &dst[t0*Out+r0], 4*Out, &tabs[0])
+			k := fam.tab[c-1]
+			if g == 0 && fam.tabMake != nil {
+				k = fam.tabMake[c-1]
+			}
+			k.call(&m.Data[r0*rb+wo], rb, &x[t0*In+s0], 4*In, steps, &dst[t0*Out+r0], 4*Out, &tabs[0])
 			t0 += c
 		}
 	}

@@ -1595,7 +1595,7 @@ func fusedQ4_0_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_0_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_0_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesQ4_0_AVX512 writes them; n is at most 64).
+// fusedTabQ4_0_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, made by tablesQ4_0_AVX512; n is at most 64).
 //
 //go:noescape
 func fusedTabQ4_0_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -1610,7 +1610,7 @@ func fusedQ4_0_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_0_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_0_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesQ4_0_AVX512 writes them; n is at most 64).
+// fusedTabQ4_0_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, made by tablesQ4_0_AVX512; n is at most 64).
 //
 //go:noescape
 func fusedTabQ4_0_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -1625,7 +1625,7 @@ func fusedQ4_0_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_0_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_0_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesQ4_0_AVX512 writes them; n is at most 64).
+// fusedTabQ4_0_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, made by tablesQ4_0_AVX512; n is at most 64).
 //
 //go:noescape
 func fusedTabQ4_0_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -1640,7 +1640,7 @@ func fusedQ4_0_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_0_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_0_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesQ4_0_AVX512 writes them; n is at most 64).
+// fusedTabQ4_0_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, made by tablesQ4_0_AVX512; n is at most 64).
 //
 //go:noescape
 func fusedTabQ4_0_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -1850,10 +1850,15 @@ func fusedQ4_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_K_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K_AVX512 writes them; n is at most 8).
+// fusedTabQ4_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, made by the fusedTabMakeQ4_K kernels; n is at most 8).
 //
 //go:noescape
 func fusedTabQ4_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabMakeQ4_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels it makes of row r's block b written at scale + 4096·r + 512·b, for fusedTabQ4_K_4x1_AVX512; n is at most 8).
+//
+//go:noescape
+func fusedTabMakeQ4_K_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ4_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1865,10 +1870,15 @@ func fusedQ4_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_K_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K_AVX512 writes them; n is at most 8).
+// fusedTabQ4_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, made by the fusedTabMakeQ4_K kernels; n is at most 8).
 //
 //go:noescape
 func fusedTabQ4_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabMakeQ4_K_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels it makes of row r's block b written at scale + 4096·r + 512·b, for fusedTabQ4_K_4x2_AVX512; n is at most 8).
+//
+//go:noescape
+func fusedTabMakeQ4_K_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ4_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1880,10 +1890,15 @@ func fusedQ4_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_K_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K_AVX512 writes them; n is at most 8).
+// fusedTabQ4_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, made by the fusedTabMakeQ4_K kernels; n is at most 8).
 //
 //go:noescape
 func fusedTabQ4_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
+
+// fusedTabMakeQ4_K_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels it makes of row r's block b written at scale + 4096·r + 512·b, for fusedTabQ4_K_4x3_AVX512; n is at most 8).
+//
+//go:noescape
+func fusedTabMakeQ4_K_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ4_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1895,15 +1910,15 @@ func fusedQ4_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *flo
 //go:noescape
 func fusedQ4_K_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabQ4_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesQ4_K_AVX512 writes them; n is at most 8).
+// fusedTabQ4_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, made by the fusedTabMakeQ4_K kernels; n is at most 8).
 //
 //go:noescape
 func fusedTabQ4_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// tablesQ4_K_AVX512 writes the levels (d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s of n Q4_K blocks at src (144 bytes each) as 128 float32 a block at dst, as the fused Q4_K kernels make them.
+// fusedTabMakeQ4_K_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels it makes of row r's block b written at scale + 4096·r + 512·b, for fusedTabQ4_K_4x4_AVX512; n is at most 8).
 //
 //go:noescape
-func tablesQ4_K_AVX512(dst *float32, src *byte, n int)
+func fusedTabMakeQ4_K_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ5_K_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -1995,7 +2010,7 @@ func fusedIQ4_NL_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_NL_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabIQ4_NL_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesIQ4_NL_AVX512 writes them; n is at most 64).
+// fusedTabIQ4_NL_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, made by tablesIQ4_NL_AVX512; n is at most 64).
 //
 //go:noescape
 func fusedTabIQ4_NL_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -2010,7 +2025,7 @@ func fusedIQ4_NL_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_NL_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabIQ4_NL_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesIQ4_NL_AVX512 writes them; n is at most 64).
+// fusedTabIQ4_NL_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, made by tablesIQ4_NL_AVX512; n is at most 64).
 //
 //go:noescape
 func fusedTabIQ4_NL_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -2025,7 +2040,7 @@ func fusedIQ4_NL_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_NL_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabIQ4_NL_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesIQ4_NL_AVX512 writes them; n is at most 64).
+// fusedTabIQ4_NL_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, made by tablesIQ4_NL_AVX512; n is at most 64).
 //
 //go:noescape
 func fusedTabIQ4_NL_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -2040,7 +2055,7 @@ func fusedIQ4_NL_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_NL_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabIQ4_NL_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, as tablesIQ4_NL_AVX512 writes them; n is at most 64).
+// fusedTabIQ4_NL_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 64·b, made by tablesIQ4_NL_AVX512; n is at most 64).
 //
 //go:noescape
 func fusedTabIQ4_NL_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -2060,7 +2075,7 @@ func fusedIQ4_XS_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_XS_1x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabIQ4_XS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesIQ4_XS_AVX512 writes them; n is at most 8).
+// fusedTabIQ4_XS_4x1_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, made by tablesIQ4_XS_AVX512; n is at most 8).
 //
 //go:noescape
 func fusedTabIQ4_XS_4x1_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -2075,7 +2090,7 @@ func fusedIQ4_XS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_XS_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabIQ4_XS_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesIQ4_XS_AVX512 writes them; n is at most 8).
+// fusedTabIQ4_XS_4x2_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, made by tablesIQ4_XS_AVX512; n is at most 8).
 //
 //go:noescape
 func fusedTabIQ4_XS_4x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -2090,7 +2105,7 @@ func fusedIQ4_XS_2x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_XS_1x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabIQ4_XS_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesIQ4_XS_AVX512 writes them; n is at most 8).
+// fusedTabIQ4_XS_4x3_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, made by tablesIQ4_XS_AVX512; n is at most 8).
 //
 //go:noescape
 func fusedTabIQ4_XS_4x3_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
@@ -2105,7 +2120,7 @@ func fusedIQ4_XS_2x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *f
 //go:noescape
 func fusedIQ4_XS_1x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedTabIQ4_XS_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, as tablesIQ4_XS_AVX512 writes them; n is at most 8).
+// fusedTabIQ4_XS_4x4_AVX512 adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels of row r's block b read at scale + 4096·r + 512·b, made by tablesIQ4_XS_AVX512; n is at most 8).
 //
 //go:noescape
 func fusedTabIQ4_XS_4x4_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)

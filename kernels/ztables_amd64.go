@@ -42,7 +42,6 @@ const (
 	k_dequantIQ1_S_AVX512
 	k_dequantIQ1_M_AVX512
 	k_tablesQ4_0_AVX512
-	k_tablesQ4_K_AVX512
 	k_tablesIQ4_NL_AVX512
 	k_tablesIQ4_XS_AVX512
 	k_dequantQ4_1_AVX512Zen
@@ -135,8 +134,6 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 		dequantIQ1_M_AVX512(dst, src, n)
 	case k_tablesQ4_0_AVX512:
 		tablesQ4_0_AVX512(dst, src, n)
-	case k_tablesQ4_K_AVX512:
-		tablesQ4_K_AVX512(dst, src, n)
 	case k_tablesIQ4_NL_AVX512:
 		tablesIQ4_NL_AVX512(dst, src, n)
 	case k_tablesIQ4_XS_AVX512:
@@ -661,15 +658,19 @@ const (
 	k_fusedQ4_K_4x1_AVX512
 	k_fusedQ4_K_1x1_AVX512
 	k_fusedTabQ4_K_4x1_AVX512
+	k_fusedTabMakeQ4_K_4x1_AVX512
 	k_fusedQ4_K_4x2_AVX512
 	k_fusedQ4_K_1x2_AVX512
 	k_fusedTabQ4_K_4x2_AVX512
+	k_fusedTabMakeQ4_K_4x2_AVX512
 	k_fusedQ4_K_4x3_AVX512
 	k_fusedQ4_K_1x3_AVX512
 	k_fusedTabQ4_K_4x3_AVX512
+	k_fusedTabMakeQ4_K_4x3_AVX512
 	k_fusedQ4_K_4x4_AVX512
 	k_fusedQ4_K_1x4_AVX512
 	k_fusedTabQ4_K_4x4_AVX512
+	k_fusedTabMakeQ4_K_4x4_AVX512
 	k_fusedQ5_K_4x1_AVX512
 	k_fusedQ5_K_1x1_AVX512
 	k_fusedQ5_K_4x2_AVX512
@@ -1248,24 +1249,32 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ4_K_1x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedTabQ4_K_4x1_AVX512:
 		fusedTabQ4_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabMakeQ4_K_4x1_AVX512:
+		fusedTabMakeQ4_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_4x2_AVX512:
 		fusedQ4_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_1x2_AVX512:
 		fusedQ4_K_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedTabQ4_K_4x2_AVX512:
 		fusedTabQ4_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabMakeQ4_K_4x2_AVX512:
+		fusedTabMakeQ4_K_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_4x3_AVX512:
 		fusedQ4_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_1x3_AVX512:
 		fusedQ4_K_1x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedTabQ4_K_4x3_AVX512:
 		fusedTabQ4_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabMakeQ4_K_4x3_AVX512:
+		fusedTabMakeQ4_K_4x3_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_4x4_AVX512:
 		fusedQ4_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ4_K_1x4_AVX512:
 		fusedQ4_K_1x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedTabQ4_K_4x4_AVX512:
 		fusedTabQ4_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
+	case k_fusedTabMakeQ4_K_4x4_AVX512:
+		fusedTabMakeQ4_K_4x4_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_K_4x1_AVX512:
 		fusedQ5_K_4x1_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ5_K_1x1_AVX512:
@@ -2159,7 +2168,7 @@ var fusedAVX512 = [numDQ]dotFamily{
 	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512}, rows: []int{4, 4, 4}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512}},
 	dqQ2_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_2x3_AVX512, k_fusedQ2_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512}},
 	dqQ3_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512, k_fusedQ3_K_4x2_AVX512, k_fusedQ3_K_2x3_AVX512, k_fusedQ3_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512, k_fusedQ3_K_1x2_AVX512, k_fusedQ3_K_1x3_AVX512, k_fusedQ3_K_1x4_AVX512}},
-	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_K_4x1_AVX512, k_fusedTabQ4_K_4x2_AVX512, k_fusedTabQ4_K_4x3_AVX512, k_fusedTabQ4_K_4x4_AVX512}, tables: k_tablesQ4_K_AVX512},
+	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_K_4x1_AVX512, k_fusedTabQ4_K_4x2_AVX512, k_fusedTabQ4_K_4x3_AVX512, k_fusedTabQ4_K_4x4_AVX512}, tabMake: []dotKernel{k_fusedTabMakeQ4_K_4x1_AVX512, k_fusedTabMakeQ4_K_4x2_AVX512, k_fusedTabMakeQ4_K_4x3_AVX512, k_fusedTabMakeQ4_K_4x4_AVX512}},
 	dqQ5_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_2x3_AVX512, k_fusedQ5_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512}},
 	dqQ6_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_2x3_AVX512, k_fusedQ6_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512}},
 	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_2x3_AVX512, k_fusedIQ4_NL_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512}, tab: []dotKernel{k_fusedTabIQ4_NL_4x1_AVX512, k_fusedTabIQ4_NL_4x2_AVX512, k_fusedTabIQ4_NL_4x3_AVX512, k_fusedTabIQ4_NL_4x4_AVX512}, tables: k_tablesIQ4_NL_AVX512},
@@ -2203,7 +2212,7 @@ var fusedAVX512Zen = [numDQ]dotFamily{
 	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512Zen, k_fusedQ5_1_4x2_AVX512Zen, k_fusedQ5_1_4x3_AVX512Zen}, rows: []int{4, 4, 4}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512Zen, k_fusedQ5_1_1x2_AVX512Zen, k_fusedQ5_1_1x3_AVX512Zen}},
 	dqQ2_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_2x3_AVX512, k_fusedQ2_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512}},
 	dqQ3_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512Zen, k_fusedQ3_K_4x2_AVX512Zen, k_fusedQ3_K_2x3_AVX512Zen, k_fusedQ3_K_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512Zen, k_fusedQ3_K_1x2_AVX512Zen, k_fusedQ3_K_1x3_AVX512Zen, k_fusedQ3_K_1x4_AVX512Zen}},
-	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_K_4x1_AVX512, k_fusedTabQ4_K_4x2_AVX512, k_fusedTabQ4_K_4x3_AVX512, k_fusedTabQ4_K_4x4_AVX512}, tables: k_tablesQ4_K_AVX512},
+	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_K_4x1_AVX512, k_fusedTabQ4_K_4x2_AVX512, k_fusedTabQ4_K_4x3_AVX512, k_fusedTabQ4_K_4x4_AVX512}, tabMake: []dotKernel{k_fusedTabMakeQ4_K_4x1_AVX512, k_fusedTabMakeQ4_K_4x2_AVX512, k_fusedTabMakeQ4_K_4x3_AVX512, k_fusedTabMakeQ4_K_4x4_AVX512}},
 	dqQ5_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_2x3_AVX512, k_fusedQ5_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512}},
 	dqQ6_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_2x3_AVX512, k_fusedQ6_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512}},
 	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512Zen, k_fusedIQ4_NL_4x2_AVX512Zen, k_fusedIQ4_NL_2x3_AVX512Zen, k_fusedIQ4_NL_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512Zen, k_fusedIQ4_NL_1x2_AVX512Zen, k_fusedIQ4_NL_1x3_AVX512Zen, k_fusedIQ4_NL_1x4_AVX512Zen}, tab: []dotKernel{k_fusedTabIQ4_NL_4x1_AVX512, k_fusedTabIQ4_NL_4x2_AVX512, k_fusedTabIQ4_NL_4x3_AVX512, k_fusedTabIQ4_NL_4x4_AVX512}, tables: k_tablesIQ4_NL_AVX512},

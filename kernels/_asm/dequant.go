@@ -107,6 +107,10 @@ type dq struct {
 	// levels of its s-th 32 weights at tab+64·s, made by genTables's
 	// kernel. Nil Base: made in registers.
 	tab Mem
+	// write, in a fused kernel that makes the tables as it multiplies
+	// (makeTables), is where this row's tables of the current block go,
+	// laid out as tab's.
+	write Mem
 	// ints: a codebook i-quant's integers instead of its values (the fast
 	// product's widening, genWidenCB): (2s+1) times the integer levels
 	// (iqLevelsInt) as int16 at dst + 2i, zero where the block's d is zero
@@ -708,7 +712,11 @@ func (g *dq) q45K(five bool) {
 			case g.tab.Base != nil:
 				lv = g.tab.Offset(64 * s)
 			case g.iota != nil:
-				lv = g.q4KLevels(sc, mn)
+				v := g.q4KLevels(sc, mn)
+				if g.write.Base != nil {
+					VMOVUPS(v, g.write.Offset(64*s))
+				}
+				lv = v
 			default:
 				lv = g.levels16(0, g.bcast(sc), g.bcast(mn))
 			}
@@ -796,16 +804,15 @@ func tabBlock(k dqkind) int { return dqBlock[k].elems / 32 * 64 }
 
 func tablesName(a arch, k dqkind) string { return fmt.Sprintf("tables%s_%s", k, a.tag()) }
 
-// genTables emits the tables kernel of kind k (hasTables): each block's
-// levels, the vectors the lookups of its zmm decoder index, with that
-// decoder's instructions (so the same bits), for the fused kernels that
-// read them (genFused).
+// genTables emits the tables kernel of kind k (hasTables, not
+// makesTables): each block's levels, the vectors the lookups of its zmm
+// decoder index, with that decoder's instructions (so the same bits), for
+// the fused kernels that read them (genFused).
 func genTables(a arch, k dqkind) string {
 	name := tablesName(a, k)
 	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int)")
 	Pragma("noescape")
 	what := map[dqkind]string{
-		dQ4_K:   "(d·sc[s])·q - dmin·m[s], q = 0..15, of the 8 sub-blocks s",
 		dQ4_0:   "d·(q-8), q = 0..15,",
 		dIQ4_NL: "d·kvalues[q], q = 0..15,",
 		dIQ4_XS: "(d·(ls[s]-32))·kvalues[q], q = 0..15, of the 8 sub-blocks s",
@@ -819,11 +826,6 @@ func genTables(a arch, k dqkind) string {
 	if n := halfArea(a, k); n > 0 {
 		g.half = AllocLocal(n)
 	}
-	if k == dQ4_K {
-		g.local = AllocLocal(64)
-	}
-	// Its stores bind it: making Q4_K's scales a block ahead, or all of
-	// them first, gained nothing (bench/README.md).
 	eachStep(n, []Register{g.src, g.dst}, []int{dqBlock[k].bytes, tabBlock(k)}, func() {
 		switch k {
 		case dQ4_0:
@@ -838,10 +840,7 @@ func genTables(a arch, k dqkind) string {
 				VMOVUPS(g.iq4Levels(g.iq4XSScale(d, sh, ib)), g.out(16*ib))
 			}
 		default:
-			g.q45KScales(0)
-			for s := 0; s < 8; s++ {
-				VMOVUPS(g.q4KLevels(g.q45KLoc(s)), g.out(16*s))
-			}
+			panic(fmt.Sprintf("genTables: %s", k))
 		}
 	})
 	return name

@@ -135,9 +135,33 @@ func fusedName(a arch, k dqkind, R, T int) string {
 	return fmt.Sprintf("fused%s_%dx%d_%s", k, R, T, a.tag())
 }
 
-func fusedTabName(a arch, k dqkind, R, T int) string {
-	return fmt.Sprintf("fusedTab%s_%dx%d_%s", k, R, T, a.tag())
+// tabMode is how a fused kernel of a kind with tables (hasTables) comes by
+// its levels: made in registers (noTables), read from tables (readTables),
+// or made and also written to the tables (makeTables), for the first group
+// of tokens of a tile of rows whose other groups read them.
+type tabMode int
+
+const (
+	noTables tabMode = iota
+	readTables
+	makeTables
+)
+
+func fusedTabName(a arch, k dqkind, R, T int, mode tabMode) string {
+	verb := "Tab"
+	if mode == makeTables {
+		verb = "TabMake"
+	}
+	return fmt.Sprintf("fused%s%s_%dx%d_%s", verb, k, R, T, a.tag())
 }
+
+// makesTables reports whether kind k's tables are written by the first
+// group's kernel (makeTables) rather than by a kernel of their own
+// (genTables): Q4_K, whose making costs 8 zmm stores a block and row,
+// which a kernel of their own does little but wait on and a kernel of
+// FMAs overlaps (bench/README.md). The IQ4 kernels that make the levels
+// take 2 rows past 2 tokens (registers); Q4_0's maker was not tried.
+func makesTables(k dqkind) bool { return k == dQ4_K }
 
 // hasTables reports whether a's fused kernels of kind k include the
 // variant that reads each 32 weights' 16 levels from tables (genTables)
@@ -178,32 +202,43 @@ func genFusedTable(tb *strings.Builder, a arch) {
 			}
 		}
 		shared := a.zen && !zenApart(k) // the AVX-512 kernels serve
-		var full, one, rows, tab []string
+		var full, one, rows, tab, makers []string
 		for T := 1; T <= s.T; T++ {
 			R := fusedRows(a, k, s.R, T)
 			if shared {
 				full = append(full, "k_"+fusedName(avx512, k, R, T))
 				one = append(one, "k_"+fusedName(avx512, k, 1, T))
 			} else {
-				genFused(a, k, R, T, false)
-				genFused(a, k, 1, T, false)
+				genFused(a, k, R, T, noTables)
+				genFused(a, k, 1, T, noTables)
 				full = append(full, dotGroup.add(fusedName(a, k, R, T)))
 				one = append(one, dotGroup.add(fusedName(a, k, 1, T)))
 			}
 			rows = append(rows, fmt.Sprint(R))
 			// The table kernels are the same code on Zen (they decode no
-			// scales); all of them take the family's R rows.
-			switch {
-			case !hasTables(a, k):
-			case a.zen:
-				tab = append(tab, "k_"+fusedTabName(avx512, k, s.R, T))
-			default:
-				genFused(a, k, s.R, T, true)
-				tab = append(tab, dotGroup.add(fusedTabName(a, k, s.R, T)))
+			// scales, or the kinds' that are not apart); all of them take
+			// the family's R rows.
+			for _, mode := range []tabMode{readTables, makeTables} {
+				list := &tab
+				if mode == makeTables {
+					list = &makers
+				}
+				switch {
+				case !hasTables(a, k) || mode == makeTables && !makesTables(k):
+				case a.zen:
+					*list = append(*list, "k_"+fusedTabName(avx512, k, s.R, T, mode))
+				default:
+					genFused(a, k, s.R, T, mode)
+					*list = append(*list, dotGroup.add(fusedTabName(a, k, s.R, T, mode)))
+				}
 			}
 		}
 		var tables string
-		if hasTables(a, k) {
+		switch {
+		case !hasTables(a, k):
+		case makesTables(k):
+			tables = fmt.Sprintf(", tab: []dotKernel{%s}, tabMake: []dotKernel{%s}", strings.Join(tab, ", "), strings.Join(makers, ", "))
+		default:
 			tables = "k_" + tablesName(avx512, k)
 			if !a.zen {
 				tables = dequantGroup.add(genTables(a, k))
@@ -219,11 +254,14 @@ func genFusedTable(tb *strings.Builder, a arch) {
 // genFused emits the fused kernel of kind k for R rows and T tokens, a
 // dotKernel whose n counts blocks: genDot's loop over the steps (one block
 // of each row), the span counter and the reduction, with the weights of a
-// step produced by the block decoder of the dequantiser. With tab
+// step produced by the block decoder of the dequantiser. With readTables
 // (hasTables) the levels of each 32 weights are read from the tables that
-// scale points at instead of made from the block's scales: a prefill's
-// tile of rows then makes them once a span (genTables) for all its tokens.
-func genFused(a arch, k dqkind, R, T int, tab bool) {
+// scale points at instead of made from the block's scales, so that a
+// prefill's tile of rows makes them once a span for all its tokens (by
+// genTables's kernel, or with makeTables by the first group's kernel,
+// which writes the levels it makes there).
+func genFused(a arch, k dqkind, R, T int, mode tabMode) {
+	tab, write := mode == readTables, mode == makeTables
 	name := fusedName(a, k, R, T)
 	flags := NOSPLIT
 	if scalesAhead(a, k) && 2*scaleArea(k)*R > 512 {
@@ -232,10 +270,19 @@ func genFused(a arch, k dqkind, R, T int, tab bool) {
 		flags = 0
 	}
 	doc := "scale is ignored"
-	if tab {
-		name = fusedTabName(a, k, R, T)
-		doc = fmt.Sprintf("the levels of row r's block b read at scale + %d·r + %d·b, as %s writes them; n is at most %d",
-			tabRow, tabBlock(k), tablesName(a, k), sumSpan/dqBlock[k].elems)
+	switch mode {
+	case readTables:
+		name = fusedTabName(a, k, R, T, mode)
+		maker := tablesName(a, k)
+		if makesTables(k) {
+			maker = fmt.Sprintf("the fusedTabMake%s kernels", k)
+		}
+		doc = fmt.Sprintf("the levels of row r's block b read at scale + %d·r + %d·b, made by %s; n is at most %d",
+			tabRow, tabBlock(k), maker, sumSpan/dqBlock[k].elems)
+	case makeTables:
+		name = fusedTabName(a, k, R, T, mode)
+		doc = fmt.Sprintf("the levels it makes of row r's block b written at scale + %d·r + %d·b, for %s; n is at most %d",
+			tabRow, tabBlock(k), fusedTabName(a, k, R, T, readTables), sumSpan/dqBlock[k].elems)
 	}
 	TEXT(name, flags, "func(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)")
 	Pragma("noescape")
@@ -258,7 +305,7 @@ func genFused(a arch, k dqkind, R, T int, tab bool) {
 	// is hidden behind this block's products.
 	ahead := scalesAhead(a, k) && !tab
 	var tp Register // the tables of the current block
-	if tab {
+	if tab || write {
 		tp = Load(Param("scale"), GP64())
 	}
 	var local Mem
@@ -308,6 +355,9 @@ func genFused(a arch, k dqkind, R, T int, tab bool) {
 			rows[r].tab = Mem{Base: tp, Disp: tabRow * r}
 		case hasLocal(k) && !ahead: // ahead: the areas are addressed from cur and nxt below
 			rows[r].local = local.Offset(128 * r)
+		}
+		if write {
+			rows[r].write = Mem{Base: tp, Disp: tabRow * r}
 		}
 	}
 	TESTQ(n, n)
@@ -380,7 +430,7 @@ func genFused(a arch, k dqkind, R, T int, tab bool) {
 	if ahead {
 		XCHGQ(cur, nxt)
 	}
-	if tab {
+	if tab || write {
 		ADDQ(U32(tabBlock(k)), tp)
 	}
 	w.advance(bytes)
