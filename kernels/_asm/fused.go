@@ -160,7 +160,8 @@ func fusedTabName(a arch, k dqkind, R, T int, mode tabMode) string {
 // (genTables): Q4_K, whose making costs 8 zmm stores a block and row,
 // which a kernel of their own does little but wait on and a kernel of
 // FMAs overlaps (bench/README.md). The IQ4 kernels that make the levels
-// take 2 rows past 2 tokens (registers); Q4_0's maker was not tried.
+// take 2 rows past 2 tokens (registers); Q4_0's first group making its
+// tables measured the same as its tables kernel.
 func makesTables(k dqkind) bool { return k == dQ4_K }
 
 // hasTables reports whether a's fused kernels of kind k include the
