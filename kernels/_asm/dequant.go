@@ -258,11 +258,12 @@ func (g *dq) sub(v uint32, x VecVirtual) VecVirtual {
 }
 
 // emit stores float32(q)·scale, then minus (sub) or plus off once rounded
-// when off is not nil, at out element i (fused: hands it to the sink).
+// when off is not nil, at out element i (fused: hands it to the sink);
+// scale as mulScale takes it.
 func (g *dq) emit(q VecVirtual, scale, off Op, sub bool, i int) {
 	f := g.a.vec()
 	VCVTDQ2PS(q, f)
-	VMULPS(scale, f, f)
+	g.mulScale(scale, f)
 	if off != nil {
 		if sub {
 			VSUBPS(off, f, f)
@@ -300,7 +301,8 @@ func (g *dq) levels16(base int, scale, off Op) VecVirtual {
 
 // levelsMod is levels16 for quants of fewer than four bits: entry j holds
 // the level of j mod m, so that the bits above a quant in its lane (the
-// next quants of its byte) need no mask.
+// next quants of its byte) need no mask. With m = 8 and no off, scale may
+// be a Mem (mulScale).
 func (g *dq) levelsMod(base, m int, scale, off Op) VecVirtual {
 	t := g.a.vec()
 	lv := g.levelConst(base, m)
@@ -315,7 +317,7 @@ func (g *dq) levelsMod(base, m int, scale, off Op) VecVirtual {
 			VFMSUB213PS(off, scale, t)
 			return t
 		}
-		VMULPS(t, scale, t)
+		g.mulScale(scale, t)
 	case off != nil:
 		// scale·level is exact in float32 for every kind with a min (an
 		// fp16 times integers of at most 13 bits together), so the fused
@@ -372,11 +374,35 @@ func (g *dq) lookup(levels Op, q VecVirtual, i int) {
 	g.put(f, i)
 }
 
-// bcast broadcasts the float32 at m.
+// bcast broadcasts the float32 at m into a register. On Zen a
+// broadcast load issues on the shuffle pipes that the decoders' lookups
+// and widenings bind, where an OR of the broadcast operand into a zeroed
+// register (VXORPS, a zeroing idiom, takes no pipe) issues on any pipe
+// (bench/README.md). A scale that only multiplies is better the multiply's
+// broadcast operand (emit and levelsMod take it as a Mem, on zmm).
 func (g *dq) bcast(m Mem) VecVirtual {
 	v := g.a.vec()
+	if g.a.zen {
+		VXORPS(v, v, v)
+		VPORD_BCST(m, v, v)
+		return v
+	}
 	VBROADCASTSS(m, v)
 	return v
+}
+
+// mulScale multiplies f by scale: a register, or on zmm a float32 in
+// memory read as the multiply's broadcast operand.
+func (g *dq) mulScale(scale Op, f VecVirtual) {
+	m, ok := scale.(Mem)
+	switch {
+	case !ok:
+		VMULPS(scale, f, f)
+	case g.a.zmm:
+		VMULPS_BCST(m, f, f)
+	default:
+		panic("dq: a scale in memory on ymm")
+	}
 }
 
 // halfY broadcasts the fp16 at m to the eight float32 lanes of a ymm.
@@ -923,7 +949,7 @@ func (g *dq) q6Kzmm() {
 				w := a.vec()
 				VPMOVSXBD(src, w)
 				e := 128*n + 64*p + 16*l
-				g.emit(w, g.bcast(g.loc(4*(e/16))), nil, false, e)
+				g.emit(w, g.loc(4*(e/16)), nil, false, e)
 			}
 		}
 	}
@@ -1081,7 +1107,7 @@ func (g *dq) q3K() {
 			// bits above 2 are left over: VPERMPS reads bits 0-3, and bit
 			// 3 picks the same level). The 16 bytes of each are loaded
 			// once for all the sub-blocks that use them.
-			lv := g.levelsMod(-4, 8, g.bcast(g.loc(4*c)), nil)
+			lv := g.levelsMod(-4, 8, g.loc(4*c), nil)
 			if s == 0 {
 				q3q[sub] = g.u8(32 + 32*n + 16*sub)
 			}
