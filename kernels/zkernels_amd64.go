@@ -2288,25 +2288,10 @@ func dequantQ5_0_AVX512Zen(dst *float32, src *byte, n int)
 //go:noescape
 func dequantQ5_1_AVX512Zen(dst *float32, src *byte, n int)
 
-// dequantQ2_K_AVX512Zen decodes n blocks of Q2_K at src (84 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
-//
-//go:noescape
-func dequantQ2_K_AVX512Zen(dst *float32, src *byte, n int)
-
 // dequantQ3_K_AVX512Zen decodes n blocks of Q3_K at src (110 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
 //
 //go:noescape
 func dequantQ3_K_AVX512Zen(dst *float32, src *byte, n int)
-
-// dequantQ4_K_AVX512Zen decodes n blocks of Q4_K at src (144 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
-//
-//go:noescape
-func dequantQ4_K_AVX512Zen(dst *float32, src *byte, n int)
-
-// dequantQ5_K_AVX512Zen decodes n blocks of Q5_K at src (176 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
-//
-//go:noescape
-func dequantQ5_K_AVX512Zen(dst *float32, src *byte, n int)
 
 // dequantIQ4_NL_AVX512Zen decodes n blocks of IQ4_NL at src (18 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
 //
@@ -2458,46 +2443,6 @@ func fusedQ5_1_4x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *
 //go:noescape
 func fusedQ5_1_1x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
-// fusedQ2_K_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_4x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_1x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_1x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_4x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_4x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_1x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_1x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_2x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_2x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_1x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_1x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_2x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_2x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ2_K_1x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q2_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ2_K_1x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
 // fusedQ3_K_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
 //go:noescape
@@ -2537,106 +2482,6 @@ func fusedQ3_K_2x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *
 //
 //go:noescape
 func fusedQ3_K_1x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_4x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_1x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_1x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedTabMakeQ4_K_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels it makes of row r's block b written at scale + 4096·r + 512·b, for fusedTabQ4_K_4x1_AVX512Zen; n is at most 8).
-//
-//go:noescape
-func fusedTabMakeQ4_K_4x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_4x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_4x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_1x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_1x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedTabMakeQ4_K_4x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels it makes of row r's block b written at scale + 4096·r + 512·b, for fusedTabQ4_K_4x2_AVX512Zen; n is at most 8).
-//
-//go:noescape
-func fusedTabMakeQ4_K_4x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_4x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_4x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_1x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_1x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedTabMakeQ4_K_4x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels it makes of row r's block b written at scale + 4096·r + 512·b, for fusedTabQ4_K_4x3_AVX512Zen; n is at most 8).
-//
-//go:noescape
-func fusedTabMakeQ4_K_4x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_4x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_4x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_K_1x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_K_1x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedTabMakeQ4_K_4x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (the levels it makes of row r's block b written at scale + 4096·r + 512·b, for fusedTabQ4_K_4x4_AVX512Zen; n is at most 8).
-//
-//go:noescape
-func fusedTabMakeQ4_K_4x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_4x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_1x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_1x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_4x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_4x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_1x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_1x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_2x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_2x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_1x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_1x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_2x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_2x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_K_1x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_K (256 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_K_1x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_NL_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //

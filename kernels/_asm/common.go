@@ -44,13 +44,8 @@ func (a arch) tag() string {
 // the AVX-512 ones; where they do not, the Zen tables name the AVX-512
 // kernels.
 func zenApart(k dqkind) bool {
-	return halfArea(avx512, k) != halfArea(avx512zen, k) || wideRanks(avx512, k) != wideRanks(avx512zen, k) || zenBroadcasts(k)
+	return halfArea(avx512, k) != halfArea(avx512zen, k) || wideRanks(avx512, k) != wideRanks(avx512zen, k)
 }
-
-// zenBroadcasts reports whether kind k's zmm decoder broadcasts a scale
-// into a register (dq.bcast: Q4_K's and Q2_K's tables, Q5_K's two), which
-// Zen's does by an OR and AVX-512's by a broadcast load.
-func zenBroadcasts(k dqkind) bool { return k == dQ4_K || k == dQ5_K || k == dQ2_K }
 
 // vec allocates a full-width vector register.
 func (a arch) vec() VecVirtual {

@@ -95,7 +95,7 @@ type dq struct {
 	sink     *fusedSink
 	lanes    []Register // iquant: the current grid indices, 4 a register
 	iqr      *iqRegs
-	iota     VecVirtual // zmm: Q4_K's levels 0..15, Q4_0's -8..7, Q2_K's j mod 4 as float32 (newIota), or nil
+	iota     VecVirtual // zmm: Q4_K's levels 0..15, Q4_0's -8..7, Q2_K's j mod 4, Q3_K's j mod 8 - 4 as float32 (newIota), or nil
 	// half, on zmm, is 16 bytes of stack where halves converts a block's
 	// fp16 scales (halfArea); nil Base: they are converted in registers.
 	half Mem
@@ -301,23 +301,11 @@ func (g *dq) levels16(base int, scale, off Op) VecVirtual {
 
 // levelsMod is levels16 for quants of fewer than four bits: entry j holds
 // the level of j mod m, so that the bits above a quant in its lane (the
-// next quants of its byte) need no mask. With m = 8 and no off, scale may
-// be a Mem (mulScale).
+// next quants of its byte) need no mask.
 func (g *dq) levelsMod(base, m int, scale, off Op) VecVirtual {
 	t := g.a.vec()
 	lv := g.levelConst(base, m)
 	switch {
-	case g.a.zmm && m == 8:
-		// Q3_K's table a sub-block of 16: its period of 32 bytes is
-		// loaded as a broadcast, which never splits a cache line (see
-		// dq.c); 1.15x. Q2_K's (m = 4, a table per 64 weights) was
-		// slower so.
-		VBROADCASTF32X8(lv, t)
-		if off != nil {
-			VFMSUB213PS(off, scale, t)
-			return t
-		}
-		g.mulScale(scale, t)
 	case off != nil:
 		// scale·level is exact in float32 for every kind with a min (an
 		// fp16 times integers of at most 13 bits together), so the fused
@@ -351,7 +339,7 @@ func (g *dq) levelConst(base, m int) Mem {
 // half area (halfMems), and Q2_K's 0..3 four times (q2Kzmm); nil
 // otherwise.
 func newIota(a arch, k dqkind) VecVirtual {
-	if !a.zmm || (k != dQ4_K && k != dQ4_0 && k != dQ2_K) {
+	if !a.zmm || (k != dQ4_K && k != dQ4_0 && k != dQ2_K && k != dQ3_K) {
 		return nil
 	}
 	base, m := 0, 16
@@ -360,6 +348,8 @@ func newIota(a arch, k dqkind) VecVirtual {
 		base = -8
 	case dQ2_K:
 		m = 4
+	case dQ3_K:
+		base, m = -4, 8
 	}
 	v := a.vec()
 	VMOVUPS((&dq{a: a}).levelConst(base, m), v)
@@ -374,17 +364,15 @@ func (g *dq) lookup(levels Op, q VecVirtual, i int) {
 	g.put(f, i)
 }
 
-// bcast broadcasts the float32 at m into a register. On Zen a
-// broadcast load issues on the shuffle pipes that the decoders' lookups
-// and widenings bind, where an OR of the broadcast operand into a zeroed
-// register (VXORPS, a zeroing idiom, takes no pipe) issues on any pipe
-// (bench/README.md). A scale that only multiplies is better the multiply's
-// broadcast operand (emit and levelsMod take it as a Mem, on zmm).
+// bcast broadcasts the float32 at m into a register. On zmm it is
+// VPBROADCASTD, a load alone on Zen 4 as on Intel, where VBROADCASTSS also
+// issues on the shuffle pipes that the decoders' lookups and widenings
+// bind (bench/README.md). A scale that only multiplies is better the
+// multiply's broadcast operand (emit and levelsMod take it as a Mem).
 func (g *dq) bcast(m Mem) VecVirtual {
 	v := g.a.vec()
-	if g.a.zen {
-		VXORPS(v, v, v)
-		VPORD_BCST(m, v, v)
+	if g.a.zmm {
+		VPBROADCASTD(m, v)
 		return v
 	}
 	VBROADCASTSS(m, v)
@@ -1107,7 +1095,11 @@ func (g *dq) q3K() {
 			// bits above 2 are left over: VPERMPS reads bits 0-3, and bit
 			// 3 picks the same level). The 16 bytes of each are loaded
 			// once for all the sub-blocks that use them.
-			lv := g.levelsMod(-4, 8, g.loc(4*c), nil)
+			// Its levels are the ones in the iota register times the
+			// scale (a broadcast of the constant levels from memory
+			// issues on Zen 4's shuffle pipes).
+			lv := a.vec()
+			VMULPS_BCST(g.loc(4*c), g.iota, lv)
 			if s == 0 {
 				q3q[sub] = g.u8(32 + 32*n + 16*sub)
 			}

@@ -217,9 +217,8 @@ func genFusedTable(tb *strings.Builder, a arch) {
 			}
 			rows = append(rows, fmt.Sprint(R))
 			// The table kernels are the same code on Zen (they decode no
-			// scales, or the kinds' that are not apart), but for the
-			// makers of the kinds apart; all of them take the family's R
-			// rows.
+			// scales, or the kinds' that are not apart); all of them take
+			// the family's R rows.
 			for _, mode := range []tabMode{readTables, makeTables} {
 				list := &tab
 				if mode == makeTables {
@@ -227,7 +226,7 @@ func genFusedTable(tb *strings.Builder, a arch) {
 				}
 				switch {
 				case !hasTables(a, k) || mode == makeTables && !makesTables(k):
-				case a.zen && (mode == readTables || !zenApart(k)):
+				case a.zen:
 					*list = append(*list, "k_"+fusedTabName(avx512, k, s.R, T, mode))
 				default:
 					genFused(a, k, s.R, T, mode)
