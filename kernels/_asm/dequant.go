@@ -123,7 +123,7 @@ type dq struct {
 // scales in the stack area.
 func hasLocal(k dqkind) bool {
 	switch k {
-	case dQ2_K, dQ3_K, dQ4_K, dQ5_K, dQ6_K:
+	case dQ2_K, dQ3_K, dQ4_K, dQ5_K, dQ6_K, dIQ4_XS:
 		return true
 	}
 	return isIQ(k)
@@ -339,8 +339,13 @@ func (g *dq) levelConst(base, m int) Mem {
 // half area (halfMems), and Q2_K's 0..3 four times (q2Kzmm); nil
 // otherwise.
 func newIota(a arch, k dqkind) VecVirtual {
-	if !a.zmm || (k != dQ4_K && k != dQ4_0 && k != dQ2_K && k != dQ3_K) {
+	if !a.zmm || (k != dQ4_K && k != dQ4_0 && k != dQ2_K && k != dQ3_K && k != dIQ4_XS) {
 		return nil
+	}
+	if k == dIQ4_XS {
+		v := a.vec()
+		VMOVUPS(iq4LevelConst(a), v)
+		return v
 	}
 	base, m := 0, 16
 	switch k {
@@ -837,6 +842,9 @@ func genTables(a arch, k dqkind) string {
 	g.dst = Load(Param("dst"), GP64())
 	g.src = Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
+	if hasLocal(k) {
+		g.local = AllocLocal(128)
+	}
 	if n := halfArea(a, k); n > 0 {
 		g.half = AllocLocal(n)
 	}
@@ -1163,8 +1171,9 @@ func (g *dq) q3KScales(off int) {
 }
 
 // iq4 decodes 16 bytes of level nibbles at off into 32 elements from out
-// element i: low nibbles first, each level times scale.
-func (g *dq) iq4(tbl, scale VecVirtual, off, i int) {
+// element i: low nibbles first, each level times scale (a register, or on
+// zmm with the levels in the iota register a float32 in memory).
+func (g *dq) iq4(tbl VecVirtual, scale Op, off, i int) {
 	a := g.a
 	if a.zmm {
 		var lv Op = g.tab.Offset(64 * (i / 32))
@@ -1222,14 +1231,22 @@ func (g *dq) iq4XS(tbl VecVirtual) {
 	}
 }
 
-// iq4XSScale is sub-block ib's scale d·(ls-32), broadcast, from the
-// block's d and its 16 bits of high scale bits sh.
-func (g *dq) iq4XSScale(d VecVirtual, sh GPVirtual, ib int) VecVirtual {
+// iq4XSScale is sub-block ib's scale d·(ls-32), from the block's d and
+// its 16 bits of high scale bits sh: broadcast, or with the levels in the
+// iota register stored to the stack for the levels' multiply to read as
+// its broadcast operand (a broadcast from a register takes Zen 4's
+// shuffle pipes, which the lookups bind).
+func (g *dq) iq4XSScale(d VecVirtual, sh GPVirtual, ib int) Op {
 	ls := iq4XSLs(g.at(4), sh, ib)
 	f := XMM()
 	VXORPS(f, f, f)
 	VCVTSI2SSL(ls, f, f)
 	VMULSS(d.AsX(), f, f)
+	if g.iota != nil {
+		m := g.loc(4 * ib)
+		VMOVSS(f, m)
+		return m
+	}
 	dl := g.a.vec()
 	VBROADCASTSS(f, dl)
 	return dl
@@ -1255,16 +1272,25 @@ func iq4XSLs(low Mem, sh GPVirtual, ib int) GPVirtual {
 	return ls
 }
 
-// iq4Levels is IQ4's 16 levels on zmm: kvaluesIQ4NL times the broadcast
-// scale.
-func (g *dq) iq4Levels(scale VecVirtual) VecVirtual {
+// iq4Levels is IQ4's 16 levels on zmm: kvaluesIQ4NL times the scale, a
+// register or a float32 in memory times the levels in the iota register.
+func (g *dq) iq4Levels(scale Op) VecVirtual {
+	lv := g.a.vec()
+	if m, ok := scale.(Mem); ok {
+		VMULPS_BCST(m, g.iota, lv)
+		return lv
+	}
+	VMULPS(iq4LevelConst(g.a), scale, lv)
+	return lv
+}
+
+// iq4LevelConst is the vector of kvaluesIQ4NL as float32.
+func iq4LevelConst(a arch) Mem {
 	w := make([]uint32, 16)
 	for q, v := range kvaluesIQ4NL {
 		w[q] = math.Float32bits(float32(v))
 	}
-	lv := g.a.vec()
-	VMULPS(g.a.constDwords("dq_iq4nl_levels", w), scale, lv)
-	return lv
+	return a.constDwords("dq_iq4nl_levels", w)
 }
 
 // levels is the 16 bytes of kvaluesIQ4NL.
