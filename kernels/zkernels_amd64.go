@@ -2273,30 +2273,10 @@ func fusedIQ1_M_1x2_AVX512(w *byte, ldw int, x *float32, ldx int, n int, out *fl
 // fmaPeak_AVX512 runs n iterations of 12 independent 16-lane FMAs on registers only.
 func fmaPeak_AVX512(n int)
 
-// dequantQ4_1_AVX512Zen decodes n blocks of Q4_1 at src (20 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
-//
-//go:noescape
-func dequantQ4_1_AVX512Zen(dst *float32, src *byte, n int)
-
-// dequantQ5_0_AVX512Zen decodes n blocks of Q5_0 at src (22 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
-//
-//go:noescape
-func dequantQ5_0_AVX512Zen(dst *float32, src *byte, n int)
-
-// dequantQ5_1_AVX512Zen decodes n blocks of Q5_1 at src (24 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
-//
-//go:noescape
-func dequantQ5_1_AVX512Zen(dst *float32, src *byte, n int)
-
 // dequantQ3_K_AVX512Zen decodes n blocks of Q3_K at src (110 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
 //
 //go:noescape
 func dequantQ3_K_AVX512Zen(dst *float32, src *byte, n int)
-
-// dequantIQ4_NL_AVX512Zen decodes n blocks of IQ4_NL at src (18 bytes each) into n·32 float32 at dst, as tensor.DequantizeRow does.
-//
-//go:noescape
-func dequantIQ4_NL_AVX512Zen(dst *float32, src *byte, n int)
 
 // dequantIQ4_XS_AVX512Zen decodes n blocks of IQ4_XS at src (136 bytes each) into n·256 float32 at dst, as tensor.DequantizeRow does.
 //
@@ -2332,116 +2312,6 @@ func dequantIQ2_S_AVX512Zen(dst *float32, src *byte, n int)
 //
 //go:noescape
 func dequantIQ1_S_AVX512Zen(dst *float32, src *byte, n int)
-
-// fusedQ4_1_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_4x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_1x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_1x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_4x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_4x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_1x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_1x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_4x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_4x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_1x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_1x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_4x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_4x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ4_1_1x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q4_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ4_1_1x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_4x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_1x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_1x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_4x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_4x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_1x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_1x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_4x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_4x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_1x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_1x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_4x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_4x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_0_1x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_0 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_0_1x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_4x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_1x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_1x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_4x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_4x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_1x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_1x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_4x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_4x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedQ5_1_1x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q5_1 (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedQ5_1_1x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedQ3_K_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of Q3_K (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //
@@ -2482,46 +2352,6 @@ func fusedQ3_K_2x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *
 //
 //go:noescape
 func fusedQ3_K_1x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_4x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_1x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_1x1_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_4x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_4x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_1x2_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 2 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_1x2_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_2x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_2x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_1x3_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 3 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_1x3_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_2x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 2 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_2x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
-
-// fusedIQ4_NL_1x4_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_NL (32 elements), span by span of 2048 elements, to out[t][r] for 1 weight rows (stride ldw bytes), 4 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
-//
-//go:noescape
-func fusedIQ4_NL_1x4_AVX512Zen(w *byte, ldw int, x *float32, ldx int, n int, out *float32, ldo int, scale *float32)
 
 // fusedIQ4_XS_4x1_AVX512Zen adds Σ W[r][k]·x[t][k] over n blocks of IQ4_XS (256 elements), span by span of 2048 elements, to out[t][r] for 4 weight rows (stride ldw bytes), 1 float32 token vectors (stride ldx bytes) and output rows of stride ldo bytes, with the bits of the F32 kernel over the dequantised weights (scale is ignored).
 //

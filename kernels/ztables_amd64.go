@@ -44,11 +44,7 @@ const (
 	k_tablesQ4_0_AVX512
 	k_tablesIQ4_NL_AVX512
 	k_tablesIQ4_XS_AVX512
-	k_dequantQ4_1_AVX512Zen
-	k_dequantQ5_0_AVX512Zen
-	k_dequantQ5_1_AVX512Zen
 	k_dequantQ3_K_AVX512Zen
-	k_dequantIQ4_NL_AVX512Zen
 	k_dequantIQ4_XS_AVX512Zen
 	k_dequantIQ3_S_AVX512Zen
 	k_dequantIQ3_XXS_AVX512Zen
@@ -138,16 +134,8 @@ func (k dequantKernel) call(dst *float32, src *byte, n int) {
 		tablesIQ4_NL_AVX512(dst, src, n)
 	case k_tablesIQ4_XS_AVX512:
 		tablesIQ4_XS_AVX512(dst, src, n)
-	case k_dequantQ4_1_AVX512Zen:
-		dequantQ4_1_AVX512Zen(dst, src, n)
-	case k_dequantQ5_0_AVX512Zen:
-		dequantQ5_0_AVX512Zen(dst, src, n)
-	case k_dequantQ5_1_AVX512Zen:
-		dequantQ5_1_AVX512Zen(dst, src, n)
 	case k_dequantQ3_K_AVX512Zen:
 		dequantQ3_K_AVX512Zen(dst, src, n)
-	case k_dequantIQ4_NL_AVX512Zen:
-		dequantIQ4_NL_AVX512Zen(dst, src, n)
 	case k_dequantIQ4_XS_AVX512Zen:
 		dequantIQ4_XS_AVX512Zen(dst, src, n)
 	case k_dequantIQ3_S_AVX512Zen:
@@ -739,28 +727,6 @@ const (
 	k_fusedIQ1_M_1x1_AVX512
 	k_fusedIQ1_M_4x2_AVX512
 	k_fusedIQ1_M_1x2_AVX512
-	k_fusedQ4_1_4x1_AVX512Zen
-	k_fusedQ4_1_1x1_AVX512Zen
-	k_fusedQ4_1_4x2_AVX512Zen
-	k_fusedQ4_1_1x2_AVX512Zen
-	k_fusedQ4_1_4x3_AVX512Zen
-	k_fusedQ4_1_1x3_AVX512Zen
-	k_fusedQ4_1_4x4_AVX512Zen
-	k_fusedQ4_1_1x4_AVX512Zen
-	k_fusedQ5_0_4x1_AVX512Zen
-	k_fusedQ5_0_1x1_AVX512Zen
-	k_fusedQ5_0_4x2_AVX512Zen
-	k_fusedQ5_0_1x2_AVX512Zen
-	k_fusedQ5_0_4x3_AVX512Zen
-	k_fusedQ5_0_1x3_AVX512Zen
-	k_fusedQ5_0_4x4_AVX512Zen
-	k_fusedQ5_0_1x4_AVX512Zen
-	k_fusedQ5_1_4x1_AVX512Zen
-	k_fusedQ5_1_1x1_AVX512Zen
-	k_fusedQ5_1_4x2_AVX512Zen
-	k_fusedQ5_1_1x2_AVX512Zen
-	k_fusedQ5_1_4x3_AVX512Zen
-	k_fusedQ5_1_1x3_AVX512Zen
 	k_fusedQ3_K_4x1_AVX512Zen
 	k_fusedQ3_K_1x1_AVX512Zen
 	k_fusedQ3_K_4x2_AVX512Zen
@@ -769,14 +735,6 @@ const (
 	k_fusedQ3_K_1x3_AVX512Zen
 	k_fusedQ3_K_2x4_AVX512Zen
 	k_fusedQ3_K_1x4_AVX512Zen
-	k_fusedIQ4_NL_4x1_AVX512Zen
-	k_fusedIQ4_NL_1x1_AVX512Zen
-	k_fusedIQ4_NL_4x2_AVX512Zen
-	k_fusedIQ4_NL_1x2_AVX512Zen
-	k_fusedIQ4_NL_2x3_AVX512Zen
-	k_fusedIQ4_NL_1x3_AVX512Zen
-	k_fusedIQ4_NL_2x4_AVX512Zen
-	k_fusedIQ4_NL_1x4_AVX512Zen
 	k_fusedIQ4_XS_4x1_AVX512Zen
 	k_fusedIQ4_XS_1x1_AVX512Zen
 	k_fusedIQ4_XS_4x2_AVX512Zen
@@ -1411,50 +1369,6 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedIQ1_M_4x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ1_M_1x2_AVX512:
 		fusedIQ1_M_1x2_AVX512(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_4x1_AVX512Zen:
-		fusedQ4_1_4x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_1x1_AVX512Zen:
-		fusedQ4_1_1x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_4x2_AVX512Zen:
-		fusedQ4_1_4x2_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_1x2_AVX512Zen:
-		fusedQ4_1_1x2_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_4x3_AVX512Zen:
-		fusedQ4_1_4x3_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_1x3_AVX512Zen:
-		fusedQ4_1_1x3_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_4x4_AVX512Zen:
-		fusedQ4_1_4x4_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ4_1_1x4_AVX512Zen:
-		fusedQ4_1_1x4_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_4x1_AVX512Zen:
-		fusedQ5_0_4x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_1x1_AVX512Zen:
-		fusedQ5_0_1x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_4x2_AVX512Zen:
-		fusedQ5_0_4x2_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_1x2_AVX512Zen:
-		fusedQ5_0_1x2_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_4x3_AVX512Zen:
-		fusedQ5_0_4x3_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_1x3_AVX512Zen:
-		fusedQ5_0_1x3_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_4x4_AVX512Zen:
-		fusedQ5_0_4x4_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_0_1x4_AVX512Zen:
-		fusedQ5_0_1x4_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_4x1_AVX512Zen:
-		fusedQ5_1_4x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_1x1_AVX512Zen:
-		fusedQ5_1_1x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_4x2_AVX512Zen:
-		fusedQ5_1_4x2_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_1x2_AVX512Zen:
-		fusedQ5_1_1x2_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_4x3_AVX512Zen:
-		fusedQ5_1_4x3_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedQ5_1_1x3_AVX512Zen:
-		fusedQ5_1_1x3_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ3_K_4x1_AVX512Zen:
 		fusedQ3_K_4x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ3_K_1x1_AVX512Zen:
@@ -1471,22 +1385,6 @@ func (k dotKernel) call(w *byte, ldw int, x *float32, ldx int, n int, out *float
 		fusedQ3_K_2x4_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedQ3_K_1x4_AVX512Zen:
 		fusedQ3_K_1x4_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_4x1_AVX512Zen:
-		fusedIQ4_NL_4x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_1x1_AVX512Zen:
-		fusedIQ4_NL_1x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_4x2_AVX512Zen:
-		fusedIQ4_NL_4x2_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_1x2_AVX512Zen:
-		fusedIQ4_NL_1x2_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_2x3_AVX512Zen:
-		fusedIQ4_NL_2x3_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_1x3_AVX512Zen:
-		fusedIQ4_NL_1x3_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_2x4_AVX512Zen:
-		fusedIQ4_NL_2x4_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
-	case k_fusedIQ4_NL_1x4_AVX512Zen:
-		fusedIQ4_NL_1x4_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_4x1_AVX512Zen:
 		fusedIQ4_XS_4x1_AVX512Zen(w, ldw, x, ldx, n, out, ldo, scale)
 	case k_fusedIQ4_XS_1x1_AVX512Zen:
@@ -2186,15 +2084,15 @@ var fmaPeakAVX512 = fmaPeak_AVX512
 
 var dequantAVX512Zen = [numDQ]dequantKernel{
 	dqQ4_0:    k_dequantQ4_0_AVX512,
-	dqQ4_1:    k_dequantQ4_1_AVX512Zen,
-	dqQ5_0:    k_dequantQ5_0_AVX512Zen,
-	dqQ5_1:    k_dequantQ5_1_AVX512Zen,
+	dqQ4_1:    k_dequantQ4_1_AVX512,
+	dqQ5_0:    k_dequantQ5_0_AVX512,
+	dqQ5_1:    k_dequantQ5_1_AVX512,
 	dqQ2_K:    k_dequantQ2_K_AVX512,
 	dqQ3_K:    k_dequantQ3_K_AVX512Zen,
 	dqQ4_K:    k_dequantQ4_K_AVX512,
 	dqQ5_K:    k_dequantQ5_K_AVX512,
 	dqQ6_K:    k_dequantQ6_K_AVX512,
-	dqIQ4_NL:  k_dequantIQ4_NL_AVX512Zen,
+	dqIQ4_NL:  k_dequantIQ4_NL_AVX512,
 	dqIQ4_XS:  k_dequantIQ4_XS_AVX512Zen,
 	dqIQ3_S:   k_dequantIQ3_S_AVX512Zen,
 	dqIQ3_XXS: k_dequantIQ3_XXS_AVX512Zen,
@@ -2207,15 +2105,15 @@ var dequantAVX512Zen = [numDQ]dequantKernel{
 
 var fusedAVX512Zen = [numDQ]dotFamily{
 	dqQ4_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_0_4x1_AVX512, k_fusedQ4_0_4x2_AVX512, k_fusedQ4_0_4x3_AVX512, k_fusedQ4_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_0_1x1_AVX512, k_fusedQ4_0_1x2_AVX512, k_fusedQ4_0_1x3_AVX512, k_fusedQ4_0_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_0_4x1_AVX512, k_fusedTabQ4_0_4x2_AVX512, k_fusedTabQ4_0_4x3_AVX512, k_fusedTabQ4_0_4x4_AVX512}, tables: k_tablesQ4_0_AVX512},
-	dqQ4_1:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512Zen, k_fusedQ4_1_4x2_AVX512Zen, k_fusedQ4_1_4x3_AVX512Zen, k_fusedQ4_1_4x4_AVX512Zen}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512Zen, k_fusedQ4_1_1x2_AVX512Zen, k_fusedQ4_1_1x3_AVX512Zen, k_fusedQ4_1_1x4_AVX512Zen}},
-	dqQ5_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512Zen, k_fusedQ5_0_4x2_AVX512Zen, k_fusedQ5_0_4x3_AVX512Zen, k_fusedQ5_0_4x4_AVX512Zen}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512Zen, k_fusedQ5_0_1x2_AVX512Zen, k_fusedQ5_0_1x3_AVX512Zen, k_fusedQ5_0_1x4_AVX512Zen}},
-	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512Zen, k_fusedQ5_1_4x2_AVX512Zen, k_fusedQ5_1_4x3_AVX512Zen}, rows: []int{4, 4, 4}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512Zen, k_fusedQ5_1_1x2_AVX512Zen, k_fusedQ5_1_1x3_AVX512Zen}},
+	dqQ4_1:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ4_1_4x1_AVX512, k_fusedQ4_1_4x2_AVX512, k_fusedQ4_1_4x3_AVX512, k_fusedQ4_1_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_1_1x1_AVX512, k_fusedQ4_1_1x2_AVX512, k_fusedQ4_1_1x3_AVX512, k_fusedQ4_1_1x4_AVX512}},
+	dqQ5_0:    {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedQ5_0_4x1_AVX512, k_fusedQ5_0_4x2_AVX512, k_fusedQ5_0_4x3_AVX512, k_fusedQ5_0_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ5_0_1x1_AVX512, k_fusedQ5_0_1x2_AVX512, k_fusedQ5_0_1x3_AVX512, k_fusedQ5_0_1x4_AVX512}},
+	dqQ5_1:    {R: 4, T: 3, N: 16, E: 32, full: []dotKernel{k_fusedQ5_1_4x1_AVX512, k_fusedQ5_1_4x2_AVX512, k_fusedQ5_1_4x3_AVX512}, rows: []int{4, 4, 4}, one: []dotKernel{k_fusedQ5_1_1x1_AVX512, k_fusedQ5_1_1x2_AVX512, k_fusedQ5_1_1x3_AVX512}},
 	dqQ2_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ2_K_4x1_AVX512, k_fusedQ2_K_4x2_AVX512, k_fusedQ2_K_2x3_AVX512, k_fusedQ2_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ2_K_1x1_AVX512, k_fusedQ2_K_1x2_AVX512, k_fusedQ2_K_1x3_AVX512, k_fusedQ2_K_1x4_AVX512}},
 	dqQ3_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ3_K_4x1_AVX512Zen, k_fusedQ3_K_4x2_AVX512Zen, k_fusedQ3_K_2x3_AVX512Zen, k_fusedQ3_K_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ3_K_1x1_AVX512Zen, k_fusedQ3_K_1x2_AVX512Zen, k_fusedQ3_K_1x3_AVX512Zen, k_fusedQ3_K_1x4_AVX512Zen}},
 	dqQ4_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ4_K_4x1_AVX512, k_fusedQ4_K_4x2_AVX512, k_fusedQ4_K_4x3_AVX512, k_fusedQ4_K_4x4_AVX512}, rows: []int{4, 4, 4, 4}, one: []dotKernel{k_fusedQ4_K_1x1_AVX512, k_fusedQ4_K_1x2_AVX512, k_fusedQ4_K_1x3_AVX512, k_fusedQ4_K_1x4_AVX512}, tab: []dotKernel{k_fusedTabQ4_K_4x1_AVX512, k_fusedTabQ4_K_4x2_AVX512, k_fusedTabQ4_K_4x3_AVX512, k_fusedTabQ4_K_4x4_AVX512}, tabMake: []dotKernel{k_fusedTabMakeQ4_K_4x1_AVX512, k_fusedTabMakeQ4_K_4x2_AVX512, k_fusedTabMakeQ4_K_4x3_AVX512, k_fusedTabMakeQ4_K_4x4_AVX512}},
 	dqQ5_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ5_K_4x1_AVX512, k_fusedQ5_K_4x2_AVX512, k_fusedQ5_K_2x3_AVX512, k_fusedQ5_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ5_K_1x1_AVX512, k_fusedQ5_K_1x2_AVX512, k_fusedQ5_K_1x3_AVX512, k_fusedQ5_K_1x4_AVX512}},
 	dqQ6_K:    {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedQ6_K_4x1_AVX512, k_fusedQ6_K_4x2_AVX512, k_fusedQ6_K_2x3_AVX512, k_fusedQ6_K_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedQ6_K_1x1_AVX512, k_fusedQ6_K_1x2_AVX512, k_fusedQ6_K_1x3_AVX512, k_fusedQ6_K_1x4_AVX512}},
-	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512Zen, k_fusedIQ4_NL_4x2_AVX512Zen, k_fusedIQ4_NL_2x3_AVX512Zen, k_fusedIQ4_NL_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512Zen, k_fusedIQ4_NL_1x2_AVX512Zen, k_fusedIQ4_NL_1x3_AVX512Zen, k_fusedIQ4_NL_1x4_AVX512Zen}, tab: []dotKernel{k_fusedTabIQ4_NL_4x1_AVX512, k_fusedTabIQ4_NL_4x2_AVX512, k_fusedTabIQ4_NL_4x3_AVX512, k_fusedTabIQ4_NL_4x4_AVX512}, tables: k_tablesIQ4_NL_AVX512},
+	dqIQ4_NL:  {R: 4, T: 4, N: 16, E: 32, full: []dotKernel{k_fusedIQ4_NL_4x1_AVX512, k_fusedIQ4_NL_4x2_AVX512, k_fusedIQ4_NL_2x3_AVX512, k_fusedIQ4_NL_2x4_AVX512}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_NL_1x1_AVX512, k_fusedIQ4_NL_1x2_AVX512, k_fusedIQ4_NL_1x3_AVX512, k_fusedIQ4_NL_1x4_AVX512}, tab: []dotKernel{k_fusedTabIQ4_NL_4x1_AVX512, k_fusedTabIQ4_NL_4x2_AVX512, k_fusedTabIQ4_NL_4x3_AVX512, k_fusedTabIQ4_NL_4x4_AVX512}, tables: k_tablesIQ4_NL_AVX512},
 	dqIQ4_XS:  {R: 4, T: 4, N: 16, E: 256, full: []dotKernel{k_fusedIQ4_XS_4x1_AVX512Zen, k_fusedIQ4_XS_4x2_AVX512Zen, k_fusedIQ4_XS_2x3_AVX512Zen, k_fusedIQ4_XS_2x4_AVX512Zen}, rows: []int{4, 4, 2, 2}, one: []dotKernel{k_fusedIQ4_XS_1x1_AVX512Zen, k_fusedIQ4_XS_1x2_AVX512Zen, k_fusedIQ4_XS_1x3_AVX512Zen, k_fusedIQ4_XS_1x4_AVX512Zen}, tab: []dotKernel{k_fusedTabIQ4_XS_4x1_AVX512, k_fusedTabIQ4_XS_4x2_AVX512, k_fusedTabIQ4_XS_4x3_AVX512, k_fusedTabIQ4_XS_4x4_AVX512}, tables: k_tablesIQ4_XS_AVX512},
 	dqIQ3_S:   {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_S_4x1_AVX512Zen, k_fusedIQ3_S_4x2_AVX512Zen}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_S_1x1_AVX512Zen, k_fusedIQ3_S_1x2_AVX512Zen}},
 	dqIQ3_XXS: {R: 4, T: 2, N: 2, E: 256, full: []dotKernel{k_fusedIQ3_XXS_4x1_AVX512Zen, k_fusedIQ3_XXS_4x2_AVX512Zen}, rows: []int{4, 4}, one: []dotKernel{k_fusedIQ3_XXS_1x1_AVX512Zen, k_fusedIQ3_XXS_1x2_AVX512Zen}},
