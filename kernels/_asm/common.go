@@ -16,10 +16,11 @@ type arch struct {
 	// with AVX-VNNI but not AVX-512). Only the int8 family exists for it.
 	vexVNNI bool
 	// zen: the block decoders tuned for AMD Zen, whose two pipes take zmm
-	// shuffles where Intel's one port 5 does (bench/README.md): a block's
-	// fp16 scales converted in a register and byte-wide codebook ranks
-	// cost less there than the stores, reloads and wider tables that
-	// spare Intel's port (halfArea, wideRanks). Only the fused and
+	// shuffles where Intel's one port 5 does (bench/README.md): Q3_K's,
+	// IQ4_XS's and the codebook kinds' fp16 scales converted in a register
+	// and byte-wide codebook ranks cost less there than the stores,
+	// reloads and wider tables that spare Intel's port (halfArea,
+	// wideRanks). Only the fused and
 	// dequantiser kernels whose code differs exist for it (zenApart).
 	zen bool
 }
