@@ -336,7 +336,9 @@ func (g *dq) levelConst(base, m int) Mem {
 // register: Q4_K's 0..15, so that a sub-block's table costs one load fewer
 // (the kernel's loads, two a cycle, bind beside its shuffles), Q4_0's
 // -8..7, for its table to take the scale as a broadcast operand from the
-// half area (halfMems), and Q2_K's 0..3 four times (q2Kzmm); nil
+// half area (halfMems), Q2_K's 0..3 four times (q2Kzmm), Q3_K's -4..3
+// twice and IQ4_XS's kvaluesIQ4NL, whose tables then take their scale as
+// a broadcast operand from the stack area (q3K, iq4XSScale); nil
 // otherwise.
 func newIota(a arch, k dqkind) VecVirtual {
 	if !a.zmm || (k != dQ4_K && k != dQ4_0 && k != dQ2_K && k != dQ3_K && k != dIQ4_XS) {
@@ -373,7 +375,7 @@ func (g *dq) lookup(levels Op, q VecVirtual, i int) {
 // VPBROADCASTD, a load alone on Zen 4 as on Intel, where VBROADCASTSS also
 // issues on the shuffle pipes that the decoders' lookups and widenings
 // bind (bench/README.md). A scale that only multiplies is better the
-// multiply's broadcast operand (emit and levelsMod take it as a Mem).
+// multiply's broadcast operand (emit's scale may be a Mem).
 func (g *dq) bcast(m Mem) VecVirtual {
 	v := g.a.vec()
 	if g.a.zmm {
