@@ -130,7 +130,7 @@ func genDotNamed(a arch, k wkind, R, T int, name string, prefetch bool) {
 	acc := a.newAccs(T, R)
 	span := newSpanCounter(sumSpan / dotStepElems(a, k))
 	if pipelined(a, k, R, T) {
-		genDotPipelined(a, k, w, x, n, acc, span, out, prefetch)
+		genDotPipelined(a, k, w, x, n, acc, span, out, prefetch, a.q8Area(k, R))
 		a.finish(acc, out, k == wI8)
 		return
 	}
@@ -151,6 +151,9 @@ func genDotNamed(a arch, k wkind, R, T int, name string, prefetch bool) {
 // each weight vector loaded and converted once and used for every token,
 // each token vector once for every row. The span kernels and the piece
 // kernels (genDotAcc) share it, so their accumulators get the same chains.
+// Their Q8_0 scales stay in registers (q8Scale): through the stack
+// (q8Scales), which the decode kernels gain by, a tile of 5 tokens ran 2-5 %
+// slower (bench/README.md).
 func (a arch) dotLoopStep(k wkind, w, x *strided, acc [][]VecVirtual) {
 	T, R := len(acc), len(acc[0])
 	E := dotStepElems(a, k)
@@ -216,6 +219,46 @@ func (a arch) loadW(k wkind, w *strided, r, u int, dst VecVirtual) {
 	}
 }
 
+// q8Area is a Q8_0 decode kernel's stack area on zmm (genDotPipelined): a
+// float32 scale for each of its R rows (q8Scales); no area (nil Base)
+// otherwise.
+func (a arch) q8Area(k wkind, R int) Mem {
+	if !a.zmm || k != wQ8 {
+		return Mem{}
+	}
+	return AllocLocal((4*R + 7) / 8 * 8) // frames in whole words
+}
+
+// q8Scales returns the fp16 scales d of R rows' blocks at off as float32
+// for mulBy: with an area each converted from memory into its slot (no
+// shuffle, where a zmm broadcast and conversion take Zen 4's shuffle and
+// multiply pipes and Intel's port 5: bench/README.md), else q8Scale's
+// registers.
+func (a arch) q8Scales(w *strided, R, off int, area Mem) []Op {
+	d := make([]Op, R)
+	for r := range d {
+		if area.Base == nil {
+			d[r] = a.q8Scale(w.at(r, off))
+			continue
+		}
+		h := XMM()
+		VCVTPH2PS(w.at(r, off), h) // d and the block's first 6 quants' bytes
+		VMOVSS(h, area.Offset(4*r))
+		d[r] = area.Offset(4 * r)
+	}
+	return d
+}
+
+// mulBy multiplies v by d: a register, or a float32 in memory read as the
+// broadcast operand (zmm).
+func (a arch) mulBy(d Op, v VecVirtual) {
+	if m, ok := d.(Mem); ok {
+		VMULPS_BCST(m, v, v)
+		return
+	}
+	VMULPS(d, v, v)
+}
+
 // q8Scale broadcasts the fp16 scale d at m to every float32 lane.
 func (a arch) q8Scale(m Mem) VecVirtual {
 	d := a.vec()
@@ -274,7 +317,7 @@ func pipelined(a arch, k wkind, R, T int) bool {
 // genDot's, instruction for instruction, so the sums are the same bits.
 // The last step loads nothing (the next step's bytes may be past the end
 // of the weights).
-func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirtual, span *spanCounter, out *strided, prefetch bool) {
+func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirtual, span *spanCounter, out *strided, prefetch bool, area Mem) {
 	R := len(acc[0])
 	E := dotStepElems(a, k)
 	nr := E / a.V / a.rawPer(k)
@@ -298,12 +341,12 @@ func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirt
 	if prefetch {
 		a.prefetchNextRows(k, w, R)
 	}
-	a.dotStep(k, w, x, raw, acc, true)
+	a.dotStep(k, w, x, raw, acc, true, area)
 	w.advance(dotStepBytes(a, k))
 	x.advance(4 * E)
 	a.next(n, "last", span, "loop", acc, out, k == wI8)
 	Label("last")
-	a.dotStep(k, w, x, raw, acc, false)
+	a.dotStep(k, w, x, raw, acc, false, area)
 }
 
 // dotStep is one step of genDotPipelined: converts raw into float32
@@ -311,8 +354,9 @@ func genDotPipelined(a arch, k wkind, w, x *strided, n Register, acc [][]VecVirt
 // tokens into acc, in genDot's order; when next is set, each raw register
 // is reloaded from the next step after its last use. One token converts,
 // multiplies and reloads row by row (the fewest registers); two convert
-// a vector of every row first, then multiply each token.
-func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVirtual, next bool) {
+// a vector of every row first, then multiply each token. area is
+// q8Area's.
+func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVirtual, next bool, area Mem) {
 	R, T := len(raw), len(acc)
 	per := a.rawPer(k)
 	nv := len(raw[0]) * per
@@ -322,18 +366,15 @@ func (a arch) dotStep(k wkind, w, x *strided, raw [][]VecVirtual, acc [][]VecVir
 			a.loadRaw(k, w.at(r, dotStepBytes(a, k)+a.rawOffset(k, i)), raw[r][i])
 		}
 	}
-	var d []VecVirtual
+	var d []Op
 	for u := 0; u < nv; u++ {
 		if k == wQ8 && u*a.V%32 == 0 {
-			d = make([]VecVirtual, R)
-			for r := range d {
-				d[r] = a.q8Scale(w.at(r, u*a.V/32*34))
-			}
+			d = a.q8Scales(w, R, u*a.V/32*34, area)
 		}
 		convert := func(r int) VecVirtual {
 			v := a.convertRaw(k, raw[r][u/per], u%per)
 			if k == wQ8 {
-				VMULPS(d[r], v, v)
+				a.mulBy(d[r], v)
 			}
 			return v
 		}
