@@ -259,11 +259,11 @@ func (g *dq) sub(v uint32, x VecVirtual) VecVirtual {
 
 // emit stores float32(q)·scale, then minus (sub) or plus off once rounded
 // when off is not nil, at out element i (fused: hands it to the sink);
-// scale as mulScale takes it.
+// scale as mulBy takes it.
 func (g *dq) emit(q VecVirtual, scale, off Op, sub bool, i int) {
 	f := g.a.vec()
 	VCVTDQ2PS(q, f)
-	g.mulScale(scale, f)
+	g.a.mulBy(scale, f)
 	if off != nil {
 		if sub {
 			VSUBPS(off, f, f)
@@ -384,20 +384,6 @@ func (g *dq) bcast(m Mem) VecVirtual {
 	}
 	VBROADCASTSS(m, v)
 	return v
-}
-
-// mulScale multiplies f by scale: a register, or on zmm a float32 in
-// memory read as the multiply's broadcast operand.
-func (g *dq) mulScale(scale Op, f VecVirtual) {
-	m, ok := scale.(Mem)
-	switch {
-	case !ok:
-		VMULPS(scale, f, f)
-	case g.a.zmm:
-		VMULPS_BCST(m, f, f)
-	default:
-		panic("dq: a scale in memory on ymm")
-	}
 }
 
 // halfY broadcasts the fp16 at m to the eight float32 lanes of a ymm.

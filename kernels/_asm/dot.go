@@ -249,14 +249,18 @@ func (a arch) q8Scales(w *strided, R, off int, area Mem) []Op {
 	return d
 }
 
-// mulBy multiplies v by d: a register, or a float32 in memory read as the
-// broadcast operand (zmm).
+// mulBy multiplies v by d: a register, or on zmm a float32 in memory read
+// as the multiply's broadcast operand.
 func (a arch) mulBy(d Op, v VecVirtual) {
-	if m, ok := d.(Mem); ok {
+	m, ok := d.(Mem)
+	switch {
+	case !ok:
+		VMULPS(d, v, v)
+	case a.zmm:
 		VMULPS_BCST(m, v, v)
-		return
+	default:
+		panic("mulBy: a scale in memory on ymm")
 	}
-	VMULPS(d, v, v)
 }
 
 // q8Scale broadcasts the fp16 scale d at m to every float32 lane.
