@@ -296,15 +296,8 @@ func (g *dq) put(f VecVirtual, i int) {
 // each lane index it). One lookup replaces emit's convert, multiply and
 // subtract, with the same bits.
 func (g *dq) levels16(base int, scale, off Op) VecVirtual {
-	return g.levelsMod(base, 16, scale, off)
-}
-
-// levelsMod is levels16 for quants of fewer than four bits: entry j holds
-// the level of j mod m, so that the bits above a quant in its lane (the
-// next quants of its byte) need no mask.
-func (g *dq) levelsMod(base, m int, scale, off Op) VecVirtual {
 	t := g.a.vec()
-	lv := g.levelConst(base, m)
+	lv := g.levelConst(base, 16)
 	switch {
 	case off != nil:
 		// scale·level is exact in float32 for every kind with a min (an
@@ -746,8 +739,8 @@ func (g *dq) q45K(five bool) {
 			// Q5_K: the 32 levels in two tables (VPERMI2PS reads index
 			// bits 0-4), the nibble and the fifth bit merged in one
 			// VPTERNLOGD; the fifth bits' bytes are loaded once a block.
-			lo := g.levelsMod(0, 16, d1, m1)
-			hi := g.levelsMod(16, 16, d1, m1)
+			lo := g.levels16(0, d1, m1)
+			hi := g.levels16(16, d1, m1)
 			for l0 := 0; l0 < 32; l0 += a.V {
 				i := l0 / a.V
 				if s == 0 {
@@ -798,7 +791,7 @@ func (g *dq) q40Levels() VecVirtual {
 
 // q4KLevels is levels16's bits from two loads, not three: the broadcast
 // scale sc times the levels in the iota register, minus the min mn read as
-// a broadcast operand (one rounding, as levelsMod's).
+// a broadcast operand (one rounding, as levels16's).
 func (g *dq) q4KLevels(sc, mn Mem) VecVirtual {
 	lv := g.bcast(sc)
 	VFMSUB213PS_BCST(mn, g.iota, lv)
@@ -1051,7 +1044,7 @@ func (g *dq) q2KScales(off int) {
 
 // q2Kzmm is q2K on zmm: a table per sub-block of 16, its 16 entries the
 // level of j mod 4 (the levels in a register, dq.iota, times the scale,
-// minus the min: one rounding, as levelsMod's), so that each quant's bit
+// minus the min: one rounding, as levels16's), so that each quant's bit
 // pair, shifted to bits 0-1, needs no mask (the pairs above it in its
 // lane pick the same level); the scales made ahead (scalesAhead) or here.
 // Where tables of four sub-blocks spread from registers took two VPERMPS
